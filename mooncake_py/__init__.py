@@ -1,0 +1,16 @@
+"""mooncake_py: automatic differentiation of plain NumPy code, strongest at second order.
+
+Example:
+    >>> import numpy as np, mooncake_py as mp
+    >>> mp.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
+    array([2., 4.])
+"""
+from .errors import (MooncakeError, MissingRuleError, ReverseOverReverseError, OutputTypeError,
+                     NonDifferentiableInputError, PreparedCacheSpecError, TrackingLostError,
+                     MutationError, RuleError, TangentError)
+from .config import Config
+from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient
+from .tape import Tape, TrackedArray
+from .api import grad, value_and_grad, vjp
+
+__version__ = "0.1.0"

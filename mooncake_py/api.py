@@ -1,0 +1,197 @@
+"""First-order public API: grad, value_and_grad, vjp."""
+import functools
+
+import numpy as np
+
+from .errors import NonDifferentiableInputError, OutputTypeError, TangentError
+from .pytree import flatten
+from .tape import Tape, TrackedArray
+from .tape.tape import _describe_arg
+
+
+def _fname(f):
+    return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
+
+
+def is_float_leaf(x):
+    """Whether a leaf is differentiable: a real floating array/number (or a wrapped one)."""
+    if type(x) is float:
+        return True
+    dt = getattr(x, "dtype", None)
+    return dt is not None and getattr(dt, "kind", None) == "f"
+
+
+def _leaf_error(f, argnum, x, path=""):
+    dt = getattr(x, "dtype", None)
+    what = f"{type(x).__name__}" + (f" with dtype {dt}" if dt is not None else "")
+    if dt is not None and dt.kind == "c":
+        hint = "complex differentiation is not supported yet"
+    else:
+        hint = ("convert it to floating point (x.astype(float) or 2.0 instead of 2), or leave it "
+                "out of argnums so it is treated as a constant")
+    return NonDifferentiableInputError(
+        f"argument {argnum}{path} of {_fname(f)} is a {what}, which has no derivative; {hint}.")
+
+
+class _Tracked:
+    """The tracked leaves of one call: which argument/leaf each belongs to."""
+
+    def __init__(self, f, args, argnums, tape):
+        self.args = list(args)
+        self.slots = []  # (argnum, treedef, [leaf or tracked], [index of tracked leaf or None])
+        self.tracked = []
+        for i in argnums:
+            leaves, tree = flatten(args[i])
+            if tree.kind == "leaf" and not is_float_leaf(leaves[0]):
+                raise _leaf_error(f, i, leaves[0])
+            new, where = [], []
+            for leaf in leaves:
+                if is_float_leaf(leaf):
+                    where.append(len(self.tracked))
+                    t = tape.track(leaf)
+                    self.tracked.append(t)
+                    new.append(t)
+                else:
+                    where.append(None)
+                    new.append(leaf)
+            self.slots.append((i, tree, leaves, where))
+            self.args[i] = tree.unflatten(new)
+
+    def structure(self, cotangents):
+        """Per differentiated argument, its cotangents in the argument's structure."""
+        out = []
+        for _, tree, leaves, where in self.slots:
+            out.append(tree.unflatten([None if w is None else _as_gradient(cotangents[w], leaf)
+                                       for leaf, w in zip(leaves, where)]))
+        return out
+
+
+def _as_gradient(g, leaf):
+    """A gradient with the input's dtype, never a read-only view into the tape's buffers."""
+    if type(g) is TrackedArray:
+        return g
+    dt = getattr(leaf, "dtype", None)
+    if type(leaf) is float:
+        return np.float64(g)
+    if isinstance(g, np.ndarray):
+        if dt is not None and g.dtype != dt:
+            g = g.astype(dt)
+        elif not g.flags.writeable or g.base is not None:
+            g = g.copy()
+        return g
+    if isinstance(g, np.generic) and dt is not None and g.dtype != dt:
+        return g.astype(dt)
+    return g
+
+
+def _unwrap_out(y):
+    return y._value if type(y) is TrackedArray else y
+
+
+def _check_scalar(f, y):
+    v = _unwrap_out(y)
+    if type(v) is float:
+        return
+    shape = getattr(v, "shape", None)
+    dt = getattr(v, "dtype", None)
+    if shape is None or dt is None:
+        raise OutputTypeError(
+            f"grad needs {_fname(f)} to return a real floating-point scalar; it returned "
+            f"{type(v).__name__}. Return a float array of shape () (e.g. np.sum(...)); for "
+            "several outputs use mp.vjp or mp.jacobian.")
+    if shape != () or dt.kind != "f":
+        raise OutputTypeError(
+            f"grad needs {_fname(f)} to return a real floating-point scalar; it returned "
+            f"{_describe_arg(y)} ({type(v).__name__} of dtype {dt}, shape {tuple(shape)}). "
+            + ("Reduce it to a scalar (np.sum, np.mean, x @ w) or use mp.vjp / mp.jacobian for "
+               "non-scalar outputs." if dt.kind == "f" else
+               "Integer and boolean outputs have no derivative."))
+
+
+def _norm_argnums(argnums, nargs, f):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for i in nums:
+        if not -nargs <= i < nargs:
+            raise TypeError(f"argnums={argnums!r} but {_fname(f)} was called with {nargs} "
+                            "positional argument(s).")
+    return tuple(i % nargs for i in nums)
+
+
+def value_and_grad(f, argnums=0):
+    """``f``'s value and gradient with respect to the positional argument(s) ``argnums``.
+
+    Arguments may be float arrays, Python floats, or nested tuples/lists/dicts of them; each
+    gradient has its argument's structure and dtype (integer leaves inside containers are
+    constants and get ``None``). ``f`` must return a real floating-point scalar.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> v, g = mp.value_and_grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
+        >>> float(v), g
+        (5.0, array([2., 4.]))
+    """
+    single = isinstance(argnums, int)
+
+    @functools.wraps(f)
+    def value_and_grad_f(*args, **kwargs):
+        nums = _norm_argnums(argnums, len(args), f)
+        tape = Tape()
+        tr = _Tracked(f, args, nums, tape)
+        y = f(*tr.args, **kwargs)
+        _check_scalar(f, y)
+        grads = tr.structure(tape.gradient(y, tr.tracked))
+        return _unwrap_out(y), grads[0] if single else tuple(grads)
+    return value_and_grad_f
+
+
+def grad(f, argnums=0):
+    """The gradient of a scalar function ``f``: ``mp.grad(f)(x)``. See :func:`value_and_grad`.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(np.sin(x)))(np.zeros(2))
+        array([1., 1.])
+    """
+    vg = value_and_grad(f, argnums)
+
+    @functools.wraps(f)
+    def grad_f(*args, **kwargs):
+        return vg(*args, **kwargs)[1]
+    return grad_f
+
+
+def vjp(f, *args, **kwargs):
+    """Run ``f(*args)`` recording it; return ``(y, pullback)`` with ``pullback(ȳ)`` giving one
+    cotangent per argument (``None`` for non-float arguments), each shaped like its argument.
+
+    ``y`` may be an array or a nested tuple/list/dict of arrays; ``ȳ`` mirrors it. The pullback
+    may be called several times.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> y, pb = mp.vjp(lambda x, w: x * w, np.array([1.0, 2.0]), 3.0)
+        >>> pb(np.ones(2))
+        (array([3., 3.]), np.float64(3.0))
+    """
+    tape = Tape()
+    nums = tuple(i for i in range(len(args)) if any(map(is_float_leaf, flatten(args[i])[0])))
+    tr = _Tracked(f, args, nums, tape)
+    y = f(*tr.args, **kwargs)
+    outs, ytree = flatten(y)
+
+    def pullback(ybar):
+        seeds, stree = flatten(ybar)
+        if stree != ytree:
+            raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has structure "
+                               f"{stree!r}; the output has {ytree!r}.")
+        for o, s in zip(outs, seeds):
+            os_, ss = np.shape(_unwrap_out(o)), np.shape(s)
+            if os_ != ss:
+                raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has shape "
+                                   f"{ss}; the output it belongs to has shape {os_}.")
+        cots = tr.structure(tape.gradient(outs, tr.tracked, seeds=seeds))
+        full = [None] * len(args)
+        for (i, *_), c in zip(tr.slots, cots):
+            full[i] = c
+        return tuple(full)
+    return ytree.unflatten([_unwrap_out(o) for o in outs]), pullback

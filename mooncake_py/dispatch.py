@@ -1,0 +1,56 @@
+"""Which transformation handles a call: the innermost one, i.e. the wrapper of highest level.
+
+A tape (reverse mode) and a dual tag (forward mode) each take a *level* from one shared counter
+when they are created. Nested transformations wrap values inside each other, the most recently
+started outermost, so a call on wrapped values must be handled by the wrapper of highest level:
+its rule then runs on the unwrapped values, where the next wrapper takes over. This is what makes
+forward-over-reverse (a tape whose values are duals) and reverse-over-forward compose with no
+special cases, and what keeps two nested tapes (or two nested duals) from confusing perturbations.
+
+Wrapper classes register themselves in ``WRAPPER_TYPES`` and provide ``_mc_level()`` (an int)
+and a class-level ``_mc_apply(top, fn, args, kwargs)``.
+"""
+import itertools
+
+_levels = itertools.count(1)
+WRAPPER_TYPES = set()
+_SEQ = (list, tuple)
+
+
+def new_level():
+    """A fresh nesting level, higher than every level handed out before."""
+    return next(_levels)
+
+
+def top_wrapper(args, kwargs=None):
+    """The wrapped value of highest level among args (one level into lists/tuples) and kwargs."""
+    top = None
+    best = 0
+    wt = WRAPPER_TYPES
+    for a in args:
+        t = type(a)
+        if t in wt:
+            lv = a._mc_level()
+            if lv > best:
+                top, best = a, lv
+        elif t in _SEQ:
+            for b in a:
+                if type(b) in wt:
+                    lv = b._mc_level()
+                    if lv > best:
+                        top, best = b, lv
+    if kwargs:
+        for a in kwargs.values():
+            if type(a) in wt:
+                lv = a._mc_level()
+                if lv > best:
+                    top, best = a, lv
+    return top
+
+
+def dispatch(fn, args, kwargs):
+    """Call ``fn`` through the rules of the innermost transformation present in its arguments."""
+    top = top_wrapper(args, kwargs)
+    if top is None:
+        return fn(*args, **kwargs)
+    return type(top)._mc_apply(top, fn, args, kwargs)

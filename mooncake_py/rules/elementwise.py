@@ -1,0 +1,107 @@
+"""Reverse rules of the elementwise ops, generated from the derivative table, plus clip and where.
+
+The pullback of an elementwise op is itself a primitive, :func:`ew_pullback`, so the forward
+layer can give it a fused frule (one kernel for ``ḡ·f'(a)`` and its tangent ``ḡ_t·f'(a) +
+ḡ·f''(a)·a_t``) without the rules knowing about duals.
+"""
+import numpy as np
+
+from .registry import RRULES, primitive, rrule, zero_derivative, fn_name
+from .broadcasting import unbroadcast, shape_of
+from .derivative_table import TABLE
+
+
+@primitive
+def ew_pullback(entry, k, g, *xs):
+    """Cotangent of input ``k`` of elementwise op ``entry``: ``g * ∂y/∂x_k(xs)``.
+
+    ``xs`` are the op's inputs followed by its output ``y``.
+    """
+    d = entry.np_d1[k](*xs)
+    dt = getattr(d, "dtype", None)
+    if dt is not None and dt != xs[-1].dtype and dt.kind in "fb":
+        d = d.astype(xs[-1].dtype)  # keep float32 float32 (select(...) yields float64)
+    return g * d
+
+
+def _partial(entry, k):
+    """``(g, *xs) -> cotangent`` for input ``k``, short-circuiting the constant derivatives."""
+    d = entry.d1[k]
+    if d == "1":
+        return lambda g, *xs: g
+    if d == "-1":
+        return lambda g, *xs: -g
+    return lambda g, *xs: ew_pullback(entry, k, g, *xs)
+
+
+def _unary_rule(entry):
+    uf, part = entry.ufunc, _partial(entry, 0)
+
+    def rule(args, kwargs, needs):
+        a, = args
+        y = uf(a, **kwargs)
+        return y, lambda g: (part(g, a, y),)
+    rule.__name__ = f"rrule({fn_name(uf)})"
+    return rule
+
+
+def _binary_rule(entry):
+    uf, pa, pb = entry.ufunc, _partial(entry, 0), _partial(entry, 1)
+
+    def rule(args, kwargs, needs):
+        a, b = args
+        y = uf(a, b, **kwargs)
+
+        def pullback(g):
+            return (unbroadcast(pa(g, a, b, y), shape_of(a)) if needs[0] else None,
+                    unbroadcast(pb(g, a, b, y), shape_of(b)) if needs[1] else None)
+        return y, pullback
+    rule.__name__ = f"rrule({fn_name(uf)})"
+    return rule
+
+
+for _e in TABLE.values():
+    RRULES[_e.ufunc] = _unary_rule(_e) if _e.nin == 1 else _binary_rule(_e)
+
+
+for _f in [np.sign, np.floor, np.ceil, np.rint, np.trunc, np.round, np.around, np.fix,
+           np.floor_divide, np.greater, np.greater_equal, np.less, np.less_equal, np.equal,
+           np.not_equal, np.isnan, np.isfinite, np.isinf, np.signbit, np.logical_and,
+           np.logical_or, np.logical_not, np.logical_xor, np.isclose, np.allclose,
+           np.array_equal, np.heaviside, np.nextafter, np.spacing, np.isreal, np.iscomplex]:
+    zero_derivative(_f)
+
+
+@rrule(np.clip, needs=True)
+def _clip(needs, a, a_min=None, a_max=None, **kw):
+    lo = kw.pop("min", a_min)
+    hi = kw.pop("max", a_max)
+    out = np.clip(a, lo, hi, **kw)
+
+    def pullback(g):
+        inside = True
+        if lo is not None:
+            inside = inside & (a >= lo)
+        if hi is not None:
+            inside = inside & (a <= hi)
+        return (unbroadcast(g * inside, shape_of(a)) if needs[0] else None,
+                unbroadcast(g * (a < lo), shape_of(lo)) if needs[1] and lo is not None else None,
+                unbroadcast(g * (a > hi), shape_of(hi)) if needs[2] and hi is not None else None)
+    return out, pullback
+
+
+@rrule(np.where, needs=True)
+def _where(needs, cond, *xy):
+    out = np.where(cond, *xy)
+    if not xy:  # np.where(cond): indices, no derivative
+        return out, None
+    x, y = xy
+
+    def pullback(g):
+        return (None,
+                unbroadcast(np.where(cond, g, 0), shape_of(x)) if needs[1] else None,
+                unbroadcast(np.where(cond, 0, g), shape_of(y)) if needs[2] else None)
+    return out, pullback
+
+
+__all__ = ["ew_pullback"]

@@ -1,0 +1,151 @@
+"""Rule tables and the decorators that fill them.
+
+A rule is looked up by the function object NumPy hands to ``__array_ufunc__`` /
+``__array_function__`` (``np.sin``, ``np.linalg.solve``), by ``(ufunc, method)`` for ufunc
+methods (``(np.add, "reduce")``), or by the wrapper that :func:`primitive` returns.
+
+Reverse rules are stored in one internal calling convention,
+``rule(args, kwargs, needs) -> (out, pullback)``, where ``needs[i]`` says whether positional
+argument ``i`` wants a cotangent and ``pullback(ȳ)`` returns one entry per positional argument
+(``None`` for none; a list for an argument that is a sequence of arrays).
+"""
+import functools
+
+import numpy as np
+
+from ..dispatch import dispatch, WRAPPER_TYPES
+
+RRULES = {}
+FRULES = {}
+ZERO_DERIVATIVE = set()
+
+
+def fn_name(fn):
+    """A readable dotted name for a function, ufunc or ufunc method key."""
+    if isinstance(fn, tuple):
+        return f"{fn_name(fn[0])}.{fn[1]}"
+    if isinstance(fn, np.ufunc):
+        return f"numpy.{fn.__name__}"
+    mod = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{mod}.{name}" if mod else name
+
+
+def rrule(fn, needs=False):
+    """Register a reverse-mode rule (pullback) for ``fn``.
+
+    The decorated function receives the call's arguments, with tracked values already unwrapped,
+    and returns ``(out, pullback)``; ``pullback(ȳ)`` returns one cotangent per positional
+    argument (``None`` where there is none). With ``needs=True`` it is called as
+    ``rule(needs, *args, **kwargs)`` and may skip cotangents whose ``needs[i]`` is False.
+
+    Write the pullback with ``np.`` calls: then it runs on dual numbers too, and second order
+    (``hvp``, ``hessian``) works with no further code.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def cube(x):
+        ...     return x ** 3
+        >>> @mp.rrule(cube)
+        ... def _(x):
+        ...     return cube(x), lambda g: (3 * g * x ** 2,)
+        >>> float(mp.grad(cube)(2.0))
+        12.0
+    """
+    def register(rule):
+        if needs:
+            RRULES[fn] = lambda args, kwargs, nd: rule(nd, *args, **kwargs)
+        else:
+            RRULES[fn] = lambda args, kwargs, nd: rule(*args, **kwargs)
+        RRULES[fn].__name__ = f"rrule({fn_name(fn)})"
+        return rule
+    return register
+
+
+def defvjp(fn, *vjps):
+    """Register a reverse rule as one cotangent function per positional argument.
+
+    ``vjps[i](g, ans, *args, **kwargs)`` returns the cotangent of argument ``i`` given the output
+    cotangent ``g`` and the output ``ans``; pass ``None`` for an argument with no derivative.
+    Only the cotangents that are needed are computed. ``ans = fn(*args, **kwargs)``.
+
+    Example (the rule for ``np.sin`` could read):
+        ``defvjp(np.sin, lambda g, ans, x: g * np.cos(x))``
+    """
+    def rule(args, kwargs, needs):
+        ans = fn(*args, **kwargs)
+
+        def pullback(g):
+            return tuple(v(g, ans, *args, **kwargs) if n and v is not None else None
+                         for v, n in zip(vjps, needs))
+        return ans, pullback
+    rule.__name__ = f"rrule({fn_name(fn)})"
+    RRULES[fn] = rule
+    return fn
+
+
+def frule(fn):
+    """Register a forward-mode rule for ``fn``: ``rule(primals, tangents, **kwargs) -> (out, ẏ)``.
+
+    ``tangents[i]`` is ``None`` where argument ``i`` carries no tangent (treat it as zero and do
+    not materialise it).
+    """
+    def register(rule):
+        FRULES[fn] = rule
+        return rule
+    return register
+
+
+def _is_numpy_dispatched(fn):
+    return isinstance(fn, np.ufunc) or hasattr(fn, "_implementation")
+
+
+def primitive(fn):
+    """Make ``fn`` opaque to differentiation: on tracked or dual arguments it uses its rules.
+
+    Returns a wrapper; register rules on the wrapper with :func:`rrule` / :func:`frule`. On plain
+    arguments the wrapper just calls ``fn``. Tracked values may be positional arguments, elements
+    of a list/tuple argument, or keyword arguments.
+    """
+    if getattr(fn, "__mooncake_primitive__", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return dispatch(wrapper, args, kwargs) if _has_wrapper(args, kwargs) else fn(*args, **kwargs)
+    wrapper.__mooncake_primitive__ = True
+    return wrapper
+
+
+def _has_wrapper(args, kwargs):
+    wt = WRAPPER_TYPES
+    for a in args:
+        if type(a) in wt or (type(a) in (list, tuple) and any(type(b) in wt for b in a)):
+            return True
+    return any(type(v) in wt for v in kwargs.values())
+
+
+def zero_derivative(fn):
+    """Declare that ``fn``'s outputs carry no derivative (argmax, shape queries, rounding).
+
+    Called on tracked or dual values it runs on their plain values and returns plain results.
+    A NumPy function is registered in place and returned; any other function is wrapped with
+    :func:`primitive` and the wrapper is returned.
+    """
+    if not _is_numpy_dispatched(fn):
+        fn = primitive(fn)
+    ZERO_DERIVATIVE.add(fn)
+    return fn
+
+
+@zero_derivative
+def stop_gradient(x):
+    """``x`` as a constant: no derivative flows through it, in any mode.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> float(mp.grad(lambda x: x * mp.stop_gradient(x))(3.0))
+        3.0
+    """
+    return x
