@@ -14,3 +14,4 @@ from .tape import Tape, TrackedArray
 from .api import grad, value_and_grad, vjp
 
 __version__ = "0.1.0"
+from . import special, linalg  # noqa: E402  (public namespaces of wrapped scipy functions)
