@@ -15,3 +15,5 @@ from .api import grad, value_and_grad, vjp
 
 __version__ = "0.1.0"
 from . import special, linalg  # noqa: E402  (public namespaces of wrapped scipy functions)
+from .caches import (prepare_gradient_cache, value_and_gradient,  # noqa: E402
+                     prepare_pullback_cache, value_and_pullback)

@@ -1,5 +1,7 @@
 """First-order public API: grad, value_and_grad, vjp."""
+import contextlib
 import functools
+import gc
 
 import numpy as np
 
@@ -7,6 +9,22 @@ from .errors import NonDifferentiableInputError, OutputTypeError, TangentError
 from .pytree import flatten
 from .tape import Tape, TrackedArray
 from .tape.tape import _describe_arg
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector while a tape is recorded and swept.
+
+    Every node stays alive until the sweep, so collections during recording find nothing to
+    free, yet their cost grows with the tape (about a quarter of the per-op time on long tapes).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _fname(f):
@@ -136,10 +154,11 @@ def value_and_grad(f, argnums=0):
     def value_and_grad_f(*args, **kwargs):
         nums = _norm_argnums(argnums, len(args), f)
         tape = Tape()
-        tr = _Tracked(f, args, nums, tape)
-        y = f(*tr.args, **kwargs)
-        _check_scalar(f, y)
-        grads = tr.structure(tape.gradient(y, tr.tracked))
+        with gc_paused():
+            tr = _Tracked(f, args, nums, tape)
+            y = f(*tr.args, **kwargs)
+            _check_scalar(f, y)
+            grads = tr.structure(tape.gradient(y, tr.tracked))
         return _unwrap_out(y), grads[0] if single else tuple(grads)
     return value_and_grad_f
 

@@ -4,6 +4,8 @@ The pullback of an elementwise op is itself a primitive, :func:`ew_pullback`, so
 layer can give it a fused frule (one kernel for ``ḡ·f'(a)`` and its tangent ``ḡ_t·f'(a) +
 ḡ·f''(a)·a_t``) without the rules knowing about duals.
 """
+import operator
+
 import numpy as np
 
 from .registry import RRULES, primitive, rrule, zero_derivative, fn_name
@@ -34,12 +36,20 @@ def _partial(entry, k):
     return lambda g, *xs: ew_pullback(entry, k, g, *xs)
 
 
+# Python's operators reach the same NumPy loops, but skip the ufunc call overhead (~0.4 µs) on
+# NumPy scalars, which dominates scalar-loop code.
+_OPERATORS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+              np.true_divide: operator.truediv, np.power: operator.pow,
+              np.negative: operator.neg, np.positive: operator.pos}
+
+
 def _unary_rule(entry):
     uf, part = entry.ufunc, _partial(entry, 0)
+    op = _OPERATORS.get(uf, uf)
 
     def rule(args, kwargs, needs):
         a, = args
-        y = uf(a, **kwargs)
+        y = uf(a, **kwargs) if kwargs else op(a)
         return y, lambda g: (part(g, a, y),)
     rule.__name__ = f"rrule({fn_name(uf)})"
     return rule
@@ -47,10 +57,11 @@ def _unary_rule(entry):
 
 def _binary_rule(entry):
     uf, pa, pb = entry.ufunc, _partial(entry, 0), _partial(entry, 1)
+    op = _OPERATORS.get(uf, uf)
 
     def rule(args, kwargs, needs):
         a, b = args
-        y = uf(a, b, **kwargs)
+        y = uf(a, b, **kwargs) if kwargs else op(a, b)
 
         def pullback(g):
             return (unbroadcast(pa(g, a, b, y), shape_of(a)) if needs[0] else None,

@@ -21,6 +21,9 @@ from .tracked import TrackedArray
 # Level of the tape whose reverse sweep is running in this context (0: none).
 _SWEEPING = contextvars.ContextVar("mooncake_sweeping", default=0)
 _SEQ = (list, tuple)
+_NEEDS1 = (True,)
+_NEEDS2 = {(True, True): (True, True), (True, False): (True, False),
+           (False, True): (False, True)}
 
 
 class Tape:
@@ -74,7 +77,7 @@ class Tape:
         return self._new(x, None, None)
 
     def _new(self, value, pullback, parents):
-        node = len(self._pullbacks)
+        node = len(self._parents)
         self._pullbacks.append(pullback)
         self._parents.append(parents)
         if self._debug:
@@ -101,6 +104,25 @@ class Tape:
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
             if any(type(v) is TrackedArray and v._tape is self for v in kwargs.values()):
                 args, kwargs = _kwargs_to_positional(fn, args, kwargs)
+        n = len(args)
+        if n == 2:  # fast paths: most calls are unary or binary with plain/tracked operands
+            a, b = args
+            ta = type(a) is TrackedArray and a._tape is self
+            tb = type(b) is TrackedArray and b._tape is self
+            if (ta or type(a) not in _SEQ) and (tb or type(b) not in _SEQ) and (ta or tb):
+                out, pullback = rule((a._value if ta else a, b._value if tb else b), kwargs,
+                                     _NEEDS2[ta, tb])
+                if pullback is None:
+                    return out
+                return self._wrap(fn, out, pullback,
+                                  (a._node if ta else None, b._node if tb else None))
+        elif n == 1:
+            a = args[0]
+            if type(a) is TrackedArray and a._tape is self:
+                out, pullback = rule((a._value,), kwargs, _NEEDS1)
+                if pullback is None:
+                    return out
+                return self._wrap(fn, out, pullback, (a._node,))
         vals, parents, needs = [], [], []
         tracked = False
         for a in args:
@@ -295,6 +317,8 @@ def _add(a, b):
 def _zeros_like(x):
     v = x._value if type(x) is TrackedArray else x
     return np.zeros_like(v)
+
+
 
 
 def _is_float(out):

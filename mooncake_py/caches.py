@@ -1,0 +1,144 @@
+"""Prepared caches: validate that later calls match the preparation, then differentiate.
+
+A cache records ``f`` and the structure, shapes and dtypes of the arguments it was prepared
+with; every call checks them and raises :class:`PreparedCacheSpecError` saying what differs,
+so a cache can never silently serve a different problem.
+"""
+import numpy as np
+
+from .errors import PreparedCacheSpecError
+from .pytree import flatten
+from .api import value_and_grad, vjp, is_float_leaf, _fname
+
+
+def _leaf_spec(x):
+    if type(x) is float:
+        return ("float", (), np.dtype(np.float64))
+    dt = getattr(x, "dtype", None)
+    if dt is not None and hasattr(x, "shape"):
+        return (type(x).__name__, tuple(x.shape), dt)
+    return ("constant", type(x).__name__, None)
+
+
+class CacheSpec:
+    """What a prepared cache was prepared for: ``f`` and each argument's structure and leaves."""
+
+    def __init__(self, kind, f, args):
+        self.kind, self.f = kind, f
+        self.trees, self.leaves = [], []
+        for a in args:
+            leaves, tree = flatten(a)
+            self.trees.append(tree)
+            self.leaves.append([_leaf_spec(x) for x in leaves])
+        self.float_args = tuple(i for i, a in enumerate(args)
+                                if any(map(is_float_leaf, flatten(a)[0])))
+
+    def check(self, f, args):
+        """Raise PreparedCacheSpecError if ``f`` or ``args`` differ from the preparation."""
+        where = f"the {self.kind} cache prepared for {_fname(self.f)}"
+        if f is not self.f:
+            raise PreparedCacheSpecError(
+                f"{where} was called with a different function, {_fname(f)}. Prepare a cache "
+                f"for each function (mp.prepare_{self.kind}_cache(f, *args)).")
+        if len(args) != len(self.trees):
+            raise PreparedCacheSpecError(
+                f"{where} was prepared with {len(self.trees)} argument(s) and called with "
+                f"{len(args)}.")
+        for i, a in enumerate(args):
+            leaves, tree = flatten(a)
+            if tree != self.trees[i]:
+                raise PreparedCacheSpecError(
+                    f"{where}: argument {i} has structure {tree!r}, prepared with "
+                    f"{self.trees[i]!r}.")
+            for j, (x, want) in enumerate(zip(leaves, self.leaves[i])):
+                got = _leaf_spec(x)
+                if got != want:
+                    leaf = f"argument {i}" + (f", leaf {j}" if tree.kind != "leaf" else "")
+                    raise PreparedCacheSpecError(
+                        f"{where}: {leaf} is {_show(got)}, prepared with {_show(want)}. Prepare "
+                        "a new cache for new shapes or dtypes.")
+
+
+def _show(spec):
+    kind, shape, dt = spec
+    if kind == "constant":
+        return f"a constant of type {shape}"
+    return f"a {kind} of shape {shape} and dtype {dt}"
+
+
+class GradientCache:
+    """Prepared by :func:`prepare_gradient_cache`; used by :func:`value_and_gradient`."""
+
+    def __init__(self, f, args):
+        self.spec = CacheSpec("gradient", f, args)
+        self._vg = value_and_grad(f, argnums=self.spec.float_args)
+
+
+class PullbackCache:
+    """Prepared by :func:`prepare_pullback_cache`; used by :func:`value_and_pullback`."""
+
+    def __init__(self, f, args):
+        self.spec = CacheSpec("pullback", f, args)
+        y = f(*args)
+        self.out_leaves = [_leaf_spec(o) for o in flatten(y)[0]]
+        self.out_tree = flatten(y)[1]
+
+
+def prepare_gradient_cache(f, *args):
+    """Prepare to compute ``f``'s value and gradient at arguments shaped like ``args``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x, w: np.sum(np.tanh(x * w))
+        >>> c = mp.prepare_gradient_cache(f, np.ones(3), 2.0)
+        >>> y, (gx, gw) = mp.value_and_gradient(c, f, np.zeros(3), 2.0)
+        >>> gx
+        array([2., 2., 2.])
+    """
+    return GradientCache(f, args)
+
+
+def value_and_gradient(cache, f, *args):
+    """``(f(*args), grads)``, one gradient per argument (``None`` for non-float arguments).
+
+    Raises PreparedCacheSpecError when ``f`` or the arguments' structure, shapes or dtypes
+    differ from those the cache was prepared with.
+    """
+    cache.spec.check(f, args)
+    y, gs = cache._vg(*args)
+    full = [None] * len(args)
+    for i, g in zip(cache.spec.float_args, gs):
+        full[i] = g
+    return y, tuple(full)
+
+
+def prepare_pullback_cache(f, *args):
+    """Prepare to compute ``f``'s value and vector-Jacobian products at arguments like ``args``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sin(x) * 2
+        >>> c = mp.prepare_pullback_cache(f, np.zeros(2))
+        >>> y, (gx,) = mp.value_and_pullback(c, np.ones(2), f, np.zeros(2))
+        >>> gx
+        array([2., 2.])
+    """
+    return PullbackCache(f, args)
+
+
+def value_and_pullback(cache, ybar, f, *args):
+    """``(f(*args), cotangents)`` for output cotangent ``ybar``, one entry per argument.
+
+    ``ybar`` must match the output's structure and shapes (checked), as must the arguments.
+    """
+    cache.spec.check(f, args)
+    seeds, stree = flatten(ybar)
+    if stree != cache.out_tree or len(seeds) != len(cache.out_leaves) or any(
+            np.shape(s) != spec[1] for s, spec in zip(seeds, cache.out_leaves)
+            if spec[0] != "constant"):
+        raise PreparedCacheSpecError(
+            f"the pullback cache prepared for {_fname(f)}: the cotangent ybar has structure "
+            f"{stree!r} with shapes {[np.shape(s) for s in seeds]}; the output has "
+            f"{cache.out_tree!r} with shapes {[s[1] for s in cache.out_leaves]}.")
+    y, pullback = vjp(f, *args)
+    return y, pullback(ybar)
