@@ -91,6 +91,8 @@ def _as_gradient(g, leaf):
     dt = getattr(leaf, "dtype", None)
     if type(leaf) is float:
         return np.float64(g)
+    if isinstance(leaf, np.generic) and isinstance(g, np.ndarray) and g.shape == ():
+        g = g[()]
     if isinstance(g, np.ndarray):
         if dt is not None and g.dtype != dt:
             g = g.astype(dt)

@@ -41,10 +41,17 @@ def top_wrapper(args, kwargs=None):
                         top, best = b, lv
     if kwargs:
         for a in kwargs.values():
-            if type(a) in wt:
+            t = type(a)
+            if t in wt:
                 lv = a._mc_level()
                 if lv > best:
                     top, best = a, lv
+            elif t in _SEQ:
+                for b in a:
+                    if type(b) in wt:
+                        lv = b._mc_level()
+                        if lv > best:
+                            top, best = b, lv
     return top
 
 

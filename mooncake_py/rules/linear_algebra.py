@@ -1,19 +1,79 @@
-"""Reverse rules for linear algebra: matmul/dot/vdot/inner/outer/tensordot/einsum/trace/kron and
-numpy.linalg (inv, solve, det, slogdet, cholesky, eigh, norm), scipy.linalg triangular solves."""
+"""Reverse rules for linear algebra: matmul, dot, vdot, inner, outer, tensordot, einsum, trace,
+kron; numpy.linalg inv, solve, det, slogdet, cholesky, eigh, eigvalsh; and the scipy.linalg
+triangular solves ``solve_triangular`` / ``cho_solve`` as primitives (exported to
+``mooncake_py.linalg``).
+
+Matrix functions act on the last two axes and broadcast over leading (batch) axes, as NumPy does.
+A right-hand side ``b`` is a vector when it is 1-D and a stack of matrices otherwise (NumPy 2 and
+SciPy's batched semantics). ``cholesky`` and ``eigh`` read one triangle of a matrix that is meant
+to be symmetric; their cotangents are returned symmetric, i.e. they are the derivative with
+respect to a symmetric input.
+"""
+import string
+
 import numpy as np
 
-from .registry import rrule
+from .registry import rrule, primitive
 from .broadcasting import unbroadcast, shape_of
+
+__all__ = ["solve_triangular", "cho_solve"]
 
 
 def _mT(x):
     return np.swapaxes(x, -1, -2)
 
 
+def _pad(needs, *gs):
+    """The cotangents ``gs`` as one entry per positional argument of the call (None for the
+    rest): there may be more (``axes`` passed positionally) or fewer (``b`` passed by keyword)."""
+    n = len(needs)
+    return gs[:n] + (None,) * (n - len(gs))
+
+
+def _need2(needs):
+    """``needs`` for the first two arguments; one given by keyword is not tracked."""
+    return tuple(needs[:2]) + (False,) * (2 - len(needs))
+
+
+def _dtype(x):
+    dt = getattr(x, "dtype", None)  # (a dtype is falsy: it has no fields)
+    return np.result_type(x) if dt is None else dt
+
+
+def _cols(x, vec):
+    """A right-hand side as a stack of column matrices (a vector becomes one column)."""
+    return np.expand_dims(x, -1) if vec else x
+
+
+def _uncols(x, vec):
+    return np.reshape(x, shape_of(x)[:-1]) if vec else x
+
+
+_NUMPY2 = int(np.__version__.split(".")[0]) >= 2
+
+
+def _is_vector_rhs(a, b):
+    """Whether a solve treats ``b`` as (a stack of) vectors: NumPy 2 and SciPy when it is 1-D;
+    NumPy 1's ``np.linalg.solve`` also when it has one axis fewer than ``a``."""
+    nb = len(shape_of(b))
+    return nb == 1 or (not _NUMPY2 and nb == len(shape_of(a)) - 1)
+
+
+def _as_matrix_scalar(x):
+    """A (batch of) scalar(s) shaped to broadcast against a (batch of) matrices."""
+    return np.reshape(x, shape_of(x) + (1, 1))
+
+
+def _sym(x):
+    return (x + _mT(x)) / 2
+
+
+# --- products -------------------------------------------------------------------------------
 @rrule(np.matmul, needs=True)
 def _matmul(needs, a, b, **kw):
     y = np.matmul(a, b, **kw)
     sa, sb = shape_of(a), shape_of(b)
+    need = _need2(needs)
 
     def pullback(g):
         # Promote 1-D operands to matrices as matmul does, then undo it on the cotangents.
@@ -22,9 +82,488 @@ def _matmul(needs, a, b, **kw):
         g2 = np.expand_dims(g, -1) if len(sb) == 1 else g
         g2 = np.expand_dims(g2, -2) if len(sa) == 1 else g2
         ga = gb = None
-        if needs[0]:
+        if need[0]:
             ga = np.reshape(unbroadcast(np.matmul(g2, _mT(b2)), shape_of(a2)), sa)
-        if needs[1]:
+        if need[1]:
             gb = np.reshape(unbroadcast(np.matmul(_mT(a2), g2), shape_of(b2)), sb)
-        return ga, gb
+        return _pad(needs, ga, gb)
     return y, pullback
+
+
+def _normalize_tensordot_axes(axes, nda, ndb):
+    """``axes`` of tensordot as two equally long lists of non-negative axes of a and b."""
+    try:
+        ia, ib = axes
+    except TypeError:
+        n = int(axes)
+        return list(range(nda - n, nda)), list(range(n))
+    ia = [ia] if isinstance(ia, (int, np.integer)) else list(ia)
+    ib = [ib] if isinstance(ib, (int, np.integer)) else list(ib)
+    return [int(i) % nda for i in ia], [int(i) % ndb for i in ib]
+
+
+def _transpose_to(x, labels):
+    """Permute ``x``, whose axis k is axis ``labels[k]`` of the target, into target order."""
+    perm = tuple(int(i) for i in np.argsort(labels))
+    return x if perm == tuple(range(len(perm))) else np.transpose(x, perm)
+
+
+def _tensordot_pullback(needs, g, a, b, ia, ib):
+    """Cotangents of ``tensordot(a, b, axes=(ia, ib))`` (normalized axes)."""
+    needs = _need2(needs)
+    nda, ndb = len(shape_of(a)), len(shape_of(b))
+    fa = [i for i in range(nda) if i not in ia]
+    fb = [i for i in range(ndb) if i not in ib]
+    ga = gb = None
+    if needs[0]:
+        # Contract g's b-part with b's free axes; what is left of b are its contracted axes
+        # in increasing order, each standing for the a-axis it was paired with.
+        t = np.tensordot(g, b, axes=(list(range(len(fa), len(fa) + len(fb))), fb))
+        ga = _transpose_to(t, fa + [ia[ib.index(j)] for j in sorted(ib)])
+    if needs[1]:
+        t = np.tensordot(a, g, axes=(fa, list(range(len(fa)))))
+        gb = _transpose_to(t, [ib[ia.index(i)] for i in sorted(ia)] + fb)
+    return ga, gb
+
+
+def _scalar_product_pullback(needs, g, a, b):
+    needs = _need2(needs)
+    return (unbroadcast(g * b, shape_of(a)) if needs[0] else None,
+            unbroadcast(g * a, shape_of(b)) if needs[1] else None)
+
+
+@rrule(np.tensordot, needs=True)
+def _tensordot(needs, a, b, axes=2):
+    y = np.tensordot(a, b, axes)
+    ia, ib = _normalize_tensordot_axes(axes, len(shape_of(a)), len(shape_of(b)))
+    return y, lambda g: _pad(needs, *_tensordot_pullback(needs, g, a, b, ia, ib))
+
+
+def _linalg_tensordot(needs, x1, x2, axes=2):
+    y = np.linalg.tensordot(x1, x2, axes=axes)
+    ia, ib = _normalize_tensordot_axes(axes, len(shape_of(x1)), len(shape_of(x2)))
+    return y, lambda g: _pad(needs, *_tensordot_pullback(needs, g, x1, x2, ia, ib))
+
+
+def _contracting_rule(fn, b_axis):
+    """Rule for dot/inner: a scalar times anything, else a tensordot over the last axis of a
+    and axis ``b_axis(ndim of b)`` of b."""
+    def rule(needs, a, b, *rest):
+        y = fn(a, b, *rest)
+        nda, ndb = len(shape_of(a)), len(shape_of(b))
+        if nda == 0 or ndb == 0:
+            return y, lambda g: _pad(needs, *_scalar_product_pullback(needs, g, a, b))
+        ia, ib = [nda - 1], [b_axis(ndb)]
+        return y, lambda g: _pad(needs, *_tensordot_pullback(needs, g, a, b, ia, ib))
+    return rule
+
+
+rrule(np.dot, needs=True)(_contracting_rule(np.dot, lambda nd: max(nd - 2, 0)))
+rrule(np.inner, needs=True)(_contracting_rule(np.inner, lambda nd: nd - 1))
+
+
+@rrule(np.vdot, needs=True)
+def _vdot(needs, a, b):
+    y = np.vdot(a, b)
+    need = _need2(needs)
+
+    def pullback(g):  # vdot flattens both operands (in C order)
+        return _pad(needs, np.reshape(g * b, shape_of(a)) if need[0] else None,
+                    np.reshape(g * a, shape_of(b)) if need[1] else None)
+    return y, pullback
+
+
+def _outer_rule(fn):
+    def rule(needs, a, b, *rest):
+        y = fn(a, b, *rest)
+        need = _need2(needs)
+
+        def pullback(g):  # outer flattens both operands
+            ga = gb = None
+            if need[0]:
+                ga = np.reshape(np.matmul(g, np.reshape(b, (-1,))), shape_of(a))
+            if need[1]:
+                gb = np.reshape(np.matmul(np.reshape(a, (-1,)), g), shape_of(b))
+            return _pad(needs, ga, gb)
+        return y, pullback
+    return rule
+
+
+rrule(np.outer, needs=True)(_outer_rule(np.outer))
+
+
+# The array-API spellings in np.linalg (NumPy 2) are separate functions with the same rules.
+if hasattr(np.linalg, "matmul"):
+    rrule(np.linalg.matmul, needs=True)(lambda needs, x1, x2: _matmul(needs, x1, x2))
+    rrule(np.linalg.outer, needs=True)(_outer_rule(np.linalg.outer))
+    rrule(np.linalg.tensordot, needs=True)(_linalg_tensordot)
+
+
+@rrule(np.kron, needs=True)
+def _kron(needs, a, b):
+    y = np.kron(a, b)
+    sa, sb = shape_of(a), shape_of(b)
+    nd = max(len(sa), len(sb))
+    sa1 = (1,) * (nd - len(sa)) + tuple(sa)
+    sb1 = (1,) * (nd - len(sb)) + tuple(sb)
+    need = _need2(needs)
+
+    def pullback(g):
+        # kron(a, b)[i*nb + k] = a[i] b[k] on every axis: split each axis of g into (i, k).
+        gr = np.reshape(g, tuple(n for pair in zip(sa1, sb1) for n in pair))
+        la, lb = string.ascii_lowercase[:nd], string.ascii_uppercase[:nd]
+        gsub = "".join(p + q for p, q in zip(la, lb))
+        ga = gb = None
+        if need[0]:
+            ga = np.reshape(np.einsum(f"{gsub},{lb}->{la}", gr, np.reshape(b, sb1)), sa)
+        if need[1]:
+            gb = np.reshape(np.einsum(f"{gsub},{la}->{lb}", gr, np.reshape(a, sa1)), sb)
+        return _pad(needs, ga, gb)
+    return y, pullback
+
+
+def _trace_pullback(g, shape, offset, axis1, axis2):
+    nd = len(shape)
+    ax1, ax2 = axis1 % nd, axis2 % nd
+    rest = [i for i in range(nd) if i not in (ax1, ax2)]
+    diag = np.eye(shape[ax1], shape[ax2], k=offset, dtype=_dtype(g))
+    return _transpose_to(np.reshape(g, shape_of(g) + (1, 1)) * diag, rest + [ax1, ax2])
+
+
+@rrule(np.trace, needs=True)
+def _trace(needs, a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    y = np.trace(a, offset, axis1, axis2, dtype)
+    shape = shape_of(a)
+    return y, lambda g: _pad(needs, _trace_pullback(g, shape, offset, axis1, axis2))
+
+
+def _linalg_trace(needs, x, offset=0, dtype=None):
+    y = np.linalg.trace(x, offset=offset, dtype=dtype)
+    shape = shape_of(x)
+    return y, lambda g: _pad(needs, _trace_pullback(g, shape, offset, -2, -1))
+
+
+if hasattr(np.linalg, "trace"):
+    rrule(np.linalg.trace, needs=True)(_linalg_trace)
+
+
+# --- einsum ---------------------------------------------------------------------------------
+_INT_LABELS = string.ascii_uppercase + string.ascii_lowercase  # sorted like the ints they stand for
+
+
+def _sublist_to_str(sub, names):
+    return "".join("..." if s is Ellipsis else names.setdefault(s, _INT_LABELS[len(names)])
+                   for s in sub)
+
+
+def _einsum_spec(args):
+    """``(positions of the operands, input subscripts, output subscript)`` for an einsum call,
+    explicit and with every ``...`` spelled out as letters."""
+    if isinstance(args[0], str):
+        pos = list(range(1, len(args)))
+        spec = args[0].replace(" ", "")
+        ins, arrow, out = spec.partition("->")
+        ins = ins.split(",")
+        explicit = bool(arrow)
+    else:  # interleaved form: op0, sublist0, op1, sublist1, ..., [sublist_out]
+        pos = list(range(0, len(args) - 1, 2))
+        names = {}
+        for s in sorted({s for k in pos for s in args[k + 1]} - {Ellipsis}):
+            names[s] = _INT_LABELS[len(names)]
+        ins = [_sublist_to_str(args[k + 1], names) for k in pos]
+        explicit = len(args) % 2 == 1
+        out = _sublist_to_str(args[-1], names) if explicit else ""
+    used = set("".join(ins) + out) - {"."}
+    free = [c for c in string.ascii_letters if c not in used]
+    ells = [len(shape_of(args[k])) - (len(s) - 3) for k, s in zip(pos, ins) if "..." in s]
+    ell = "".join(free[:max(ells, default=0)])
+    ins = [s.replace("...", ell[len(ell) - (len(shape_of(args[k])) - (len(s) - 3)):])
+           for k, s in zip(pos, ins)]
+    if explicit:
+        out = out.replace("...", ell)
+    else:  # broadcast axes first, then the labels used once, in sorted order
+        labels = "".join(ins)
+        out = ell + "".join(sorted(c for c in set(labels) if labels.count(c) == 1 and c not in ell))
+    return pos, ins, out
+
+
+def _einsum_cotangent(g, out, ins, ops, k, optimize):
+    """Cotangent of operand ``k``: an einsum of ``g`` with the other operands onto the labels of
+    operand k, broadcast over labels only k has, and put on the diagonal for repeated labels."""
+    sub, shape = ins[k], tuple(shape_of(ops[k]))
+    size = dict(zip(sub, shape))
+    uniq = "".join(dict.fromkeys(sub))
+    others = [j for j in range(len(ins)) if j != k]
+    elsewhere = set(out).union(*(ins[j] for j in others))
+    have = "".join(c for c in uniq if c in elsewhere)
+    t = np.einsum(",".join([out] + [ins[j] for j in others]) + "->" + have,
+                  g, *[ops[j] for j in others], optimize=optimize)
+    ts = shape_of(t)
+    # Labels on which operand k had size 1 and was broadcast: sum them back.
+    red = tuple(i for i, c in enumerate(have) if size[c] == 1 and ts[i] != 1)
+    if red:
+        t = np.sum(t, axis=red, keepdims=True)
+        ts = shape_of(t)
+    full = tuple(size[c] for c in uniq)
+    if have != uniq or ts != full:
+        # Labels summed away inside operand k alone: every entry got the same cotangent.
+        t = np.broadcast_to(np.reshape(t, tuple(ts[have.index(c)] if c in have else 1
+                                                for c in uniq)), full)
+    if uniq == sub:
+        return t
+    # Repeated labels (a diagonal was read): multiply by identities to put t back on it.
+    fresh = iter(c for c in string.ascii_letters if c not in uniq)
+    target, eyes, seen = "", [], set()
+    for c in sub:
+        if c in seen:
+            f = next(fresh)
+            target += f
+            eyes.append((c + f, np.eye(size[c], dtype=_dtype(t))))
+        else:
+            seen.add(c)
+            target += c
+    return np.einsum(",".join([uniq] + [s for s, _ in eyes]) + "->" + target,
+                     t, *[e for _, e in eyes])
+
+
+@rrule(np.einsum, needs=True)
+def _einsum(needs, *args, out=None, optimize=False, **kw):
+    y = np.einsum(*args, optimize=optimize, **kw)
+    pos, ins, osub = _einsum_spec(args)
+    ops = [args[k] for k in pos]
+    # An explicit contraction path (from np.einsum_path) fits only the forward contraction.
+    opt = optimize if isinstance(optimize, (bool, str)) else True
+
+    def pullback(g):
+        gs = [None] * len(args)
+        for n, k in enumerate(pos):
+            if needs[k]:
+                gs[k] = _einsum_cotangent(g, osub, ins, ops, n, opt)
+        return tuple(gs)
+    return y, pullback
+
+
+# --- numpy.linalg ---------------------------------------------------------------------------
+@rrule(np.linalg.inv)
+def _inv(a):
+    y = np.linalg.inv(a)
+    return y, lambda g: (-np.matmul(_mT(y), np.matmul(g, _mT(y))),)
+
+
+def _solve_pullback(needs, g, a, b, x, solve_transposed, a_cotangent, vec=None):
+    """Shared by the solves: ``b̄ = solve_transposed(ḡ)``, ``ā = a_cotangent(b̄, x)``, both on
+    column stacks; undo the vector promotion and broadcasting."""
+    needs = _need2(needs)
+    vec = len(shape_of(b)) == 1 if vec is None else vec
+    bbar = solve_transposed(_cols(g, vec))
+    ga = gb = None
+    if needs[0]:
+        ga = unbroadcast(a_cotangent(bbar, _cols(x, vec)), shape_of(a))
+    if needs[1]:
+        gb = unbroadcast(_uncols(bbar, vec), shape_of(b))
+    return ga, gb
+
+
+@rrule(np.linalg.solve, needs=True)
+def _solve(needs, a, b):
+    x = np.linalg.solve(a, b)
+
+    def pullback(g):
+        return _pad(needs, *_solve_pullback(needs, g, a, b, x,
+                                             lambda gm: np.linalg.solve(_mT(a), gm),
+                                             lambda bbar, xm: -np.matmul(bbar, _mT(xm)),
+                                             _is_vector_rhs(a, b)))
+    return x, pullback
+
+
+@rrule(np.linalg.det)
+def _det(a):
+    d = np.linalg.det(a)
+    return d, lambda g: (_as_matrix_scalar(g * d) * _mT(np.linalg.inv(a)),)
+
+
+@rrule(np.linalg.slogdet)
+def _slogdet(a):
+    res = np.linalg.slogdet(a)
+
+    def pullback(gs):
+        _, glogabs = gs  # the sign is piecewise constant
+        return (_as_matrix_scalar(glogabs) * _mT(np.linalg.inv(a)),)
+    return res, pullback
+
+
+def _phi_mask(n, dtype):
+    """Lower-triangle mask with halved diagonal: Φ(M) = M * mask."""
+    return np.tri(n, dtype=dtype) - np.eye(n, dtype=dtype) / 2
+
+
+@rrule(np.linalg.cholesky)
+def _cholesky(a, upper=False):
+    y = np.linalg.cholesky(a, upper=True) if upper else np.linalg.cholesky(a)
+    L = _mT(y) if upper else y
+
+    def pullback(g):
+        # A = L Lᵀ: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with halved diagonal.
+        gL = _mT(g) if upper else g
+        p = np.matmul(_mT(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL))
+        s = solve_triangular(L, p, trans=1, lower=True)
+        s = _mT(solve_triangular(L, _mT(s), trans=1, lower=True))
+        return (_sym(s),)
+    return y, pullback
+
+
+def _eigh_cotangent(w, v, gw, gv):
+    """Ā = V (diag(w̄) + F ∘ Vᵀ V̄) Vᵀ, symmetrised, with F_ij = 1/(λ_j - λ_i) off the diagonal.
+
+    Limitation: at (near-)degenerate eigenvalues the eigenvectors are not differentiable and
+    F blows up. Exactly equal pairs get F_ij = 0 instead of inf, so that functions of the
+    eigenvalues alone (the tape passes V̄ = 0) and functions invariant under rotations within
+    an eigenspace keep finite, correct gradients; other functions get meaningless values there.
+    """
+    inner = np.expand_dims(gw, -2) * v
+    if gv is not None:
+        d = np.expand_dims(w, -2) - np.expand_dims(w, -1)
+        f = (d != 0) / (d + (d == 0))  # 1/d, and 0 on the diagonal and equal pairs
+        inner = inner + np.matmul(v, f * np.matmul(_mT(v), gv))
+    return _sym(np.matmul(inner, _mT(v)))
+
+
+@rrule(np.linalg.eigh, needs=True)
+def _eigh(needs, a, UPLO="L"):
+    res = np.linalg.eigh(a, UPLO)
+    w, v = res
+
+    def pullback(gs):
+        gw, gv = gs
+        return _pad(needs, _eigh_cotangent(w, v, gw, gv))
+    return res, pullback
+
+
+@rrule(np.linalg.eigvalsh, needs=True)
+def _eigvalsh(needs, a, UPLO="L"):
+    w, v = np.linalg.eigh(a, UPLO)
+    return w, lambda g: _pad(needs, _eigh_cotangent(w, v, g, None))
+
+
+# --- scipy.linalg triangular solves -----------------------------------------------------------
+_scipy_linalg = []
+
+
+def _sla():
+    """scipy.linalg, or None without scipy (imported on first use: it is optional and slow)."""
+    if not _scipy_linalg:
+        try:
+            import scipy.linalg as sla
+        except ImportError:  # pragma: no cover
+            sla = None
+        _scipy_linalg.append(sla)
+    return _scipy_linalg[0]
+
+
+_TRANS = {0: 0, 1: 1, 2: 1, "N": 0, "T": 1, "C": 1, "n": 0, "t": 1, "c": 1}
+
+
+def _triangle(a, lower, unit_diagonal):
+    n = shape_of(a)[-1]
+    eye = np.eye(n, dtype=a.dtype)
+    t = np.tril(a) if lower else np.triu(a)
+    return t * (1 - eye) + eye if unit_diagonal else t
+
+
+def _triangle_mask(n, lower, unit_diagonal, dtype):
+    m = np.tri(n, k=-1 if unit_diagonal else 0, dtype=dtype)
+    return m if lower else m.T
+
+
+@primitive
+def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
+                     check_finite=True):
+    """Solve ``a x = b`` (or ``aᵀ x = b`` with ``trans=1``/``'T'``) for triangular ``a``, as
+    ``scipy.linalg.solve_triangular`` (same signature; only the ``lower`` or upper triangle of
+    ``a`` is read), differentiable in ``a`` and ``b``.
+
+    ``a`` may be a stack of matrices; ``b`` is a vector when 1-D, else a (stack of) matrices.
+    Works without scipy (then via ``np.linalg.solve``).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> L = np.array([[2.0, 0.0], [1.0, 1.0]])
+        >>> mp.grad(lambda b: np.sum(mp.linalg.solve_triangular(L, b, lower=True)))(np.ones(2))
+        array([0., 1.])
+    """
+    sla = _sla()
+    if sla is not None:
+        return sla.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal,
+                                    overwrite_b=overwrite_b, check_finite=check_finite)
+    a = np.asarray(a)
+    t = _triangle(a, lower, unit_diagonal)
+    vec = np.ndim(b) == 1
+    return _uncols(np.linalg.solve(_mT(t) if _TRANS[trans] else t, _cols(b, vec)), vec)
+
+
+@rrule(solve_triangular, needs=True)
+def _solve_triangular(needs, a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
+                      check_finite=True):
+    t = _TRANS[trans]
+    x = solve_triangular(a, b, trans=t, lower=lower, unit_diagonal=unit_diagonal,
+                         check_finite=check_finite)
+
+    def a_cotangent(bbar, xm):
+        # x = op(T)⁻¹ b: T̄ = -b̄ xᵀ (or -x b̄ᵀ for op = transpose), on the triangle read.
+        outer = np.matmul(xm, _mT(bbar)) if t else np.matmul(bbar, _mT(xm))
+        return -outer * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(outer))
+
+    def pullback(g):
+        solve_t = (lambda gm: solve_triangular(a, gm, trans=1 - t, lower=lower,
+                                               unit_diagonal=unit_diagonal))
+        return _pad(needs, *_solve_pullback(needs, g, a, b, x, solve_t, a_cotangent))
+    return x, pullback
+
+
+@primitive
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
+    """Solve ``A x = b`` given the Cholesky factor ``(c, lower)`` of ``A``, as
+    ``scipy.linalg.cho_solve`` (``A = c cᵀ`` if ``lower`` else ``cᵀ c``; only that triangle of
+    ``c`` is read), differentiable in ``c`` and ``b``.
+
+    ``c`` may be a stack of matrices; ``b`` is a vector when 1-D, else a (stack of) matrices.
+    Works without scipy (then via ``np.linalg.solve``).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> A = np.array([[4.0, 2.0], [2.0, 3.0]])
+        >>> c = np.linalg.cholesky(A)
+        >>> x = mp.linalg.cho_solve((c, True), np.array([1.0, 2.0]))
+        >>> bool(np.allclose(A @ x, [1.0, 2.0]))
+        True
+    """
+    c, lower = c_and_lower
+    sla = _sla()
+    if sla is not None:
+        return sla.cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=check_finite)
+    c = np.asarray(c)
+    t = _triangle(c, lower, False)
+    vec = np.ndim(b) == 1
+    y = np.linalg.solve(t if lower else _mT(t), _cols(b, vec))
+    return _uncols(np.linalg.solve(_mT(t) if lower else t, y), vec)
+
+
+@rrule(cho_solve, needs=True)
+def _cho_solve(needs, c_and_lower, b, overwrite_b=False, check_finite=True):
+    c, lower = c_and_lower
+    x = cho_solve((c, lower), b, check_finite=check_finite)
+
+    def a_cotangent(bbar, xm):
+        # A = L Lᵀ with Ā = -b̄ xᵀ: L̄ = (Ā + Āᵀ) L; for A = Uᵀ U: Ū = U (Ā + Āᵀ). Only the
+        # triangle of c that cho_solve reads is the factor: mask c, and the cotangent, to it.
+        s = np.matmul(bbar, _mT(xm))
+        s = s + _mT(s)
+        mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(s))
+        ct = -np.matmul(s, c * mask) if lower else -np.matmul(c * mask, s)
+        return ct * mask
+
+    def pullback(g):
+        gc, gb = _solve_pullback(needs, g, c, b, x,
+                                 lambda gm: cho_solve((c, lower), gm), a_cotangent)
+        return _pad(needs, None if gc is None else (gc, None), gb)
+    return x, pullback

@@ -1,13 +1,103 @@
-"""Reverse rules for shape manipulation: reshape, transpose, concatenate, stack, tile, pad, ..."""
+"""Reverse rules for shape manipulation: reshape, transpose, joining, splitting, tiling, flips,
+diagonals, triangles, padding and the ``*_like`` constructors.
+
+Every function here is linear in its array argument, so each pullback is the adjoint map: the
+inverse reshape/permutation, a slice, a sum over copies, or a scatter of ``g`` back into place.
+The pullbacks only use ``np.`` calls (and :func:`~.cotangents.scatter_add`), so they also run
+on dual numbers for second order.
+"""
+import math
+
 import numpy as np
 
-from .registry import primitive, rrule, defvjp, zero_derivative
-from .broadcasting import shape_of
+from ..errors import MissingRuleError, MutationError
+from .registry import RRULES, primitive, rrule, zero_derivative, fn_name
+from .broadcasting import shape_of, unbroadcast
+from .cotangents import scatter_add
 
 
+def linear_in_first(fn):
+    """Register a rule for ``fn`` that is differentiable in its first positional argument only.
+
+    The decorated ``rule(*args, **kwargs)`` returns ``(out, adjoint)`` where ``adjoint(g)`` is
+    the cotangent of the first argument; the other positional arguments get ``None``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def double(x, unused):
+        ...     return 2 * x
+        >>> @linear_in_first(double)
+        ... def _(x, unused):
+        ...     return double(x, unused), lambda g: 2 * g
+        >>> float(mp.grad(lambda x: double(x, 0))(1.0))
+        2.0
+    """
+    def register(rule):
+        def full(args, kwargs, needs):
+            out, adjoint = rule(*args, **kwargs)
+            if adjoint is None:
+                return out, None
+            rest = (None,) * (len(args) - 1)
+            return out, lambda g: (adjoint(g),) + rest
+        full.__name__ = f"rrule({fn_name(fn)})"
+        RRULES[fn] = full
+        return rule
+    return register
+
+
+def _ax(axis, ndim):
+    """A single (possibly negative) axis as a non-negative int."""
+    return int(axis) % ndim if ndim else 0
+
+
+def _no_out(fn, out):
+    if out is not None:
+        raise MutationError(
+            f"{fn_name(fn)}(..., out=...) writes into an existing array, which the tape cannot "
+            "represent yet; drop out= and use the returned value.")
+
+
+def _along(axis, key):
+    """An index selecting ``key`` along ``axis`` and everything along the axes before it."""
+    return (slice(None),) * axis + (key,)
+
+
+def _split_along(g, sizes, axis):
+    """``g`` cut into consecutive pieces of ``sizes`` along ``axis`` (basic slices: views)."""
+    pieces, start = [], 0
+    for n in sizes:
+        pieces.append(g[_along(axis, slice(start, start + n))])
+        start += n
+    return pieces
+
+
+def _like_input(g, a):
+    """``g`` cast to the float dtype of input ``a`` where a mixed-dtype join promoted it."""
+    dt, gdt = getattr(a, "dtype", None), getattr(g, "dtype", None)
+    if dt is not None and gdt is not None and dt != gdt and dt.kind == "f":
+        return astype(g, dt)
+    return g
+
+
+def _as_input_structure(arrays, pieces):
+    """Cotangents of a sequence argument: a list aligned with it, or (when the sequence was
+    itself one array, iterated along axis 0) an array."""
+    if isinstance(arrays, (list, tuple)):
+        return [_like_input(p, a) for p, a in zip(pieces, arrays)]
+    return np.stack(pieces)
+
+
+# --- casts and copies ----------------------------------------------------------------------------
 @primitive
 def astype(x, dtype):
-    """``x.astype(dtype)`` as a differentiable function (the cast's pullback casts back)."""
+    """``x.astype(dtype)`` as a differentiable function (the cast's pullback casts back).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(astype(x, np.float32) ** 2))(np.ones(2)).dtype
+        dtype('float64')
+    """
     return x.astype(dtype)
 
 
@@ -20,12 +110,398 @@ def _astype(x, dtype):
     return out, lambda g: (astype(g, src), None)
 
 
-defvjp(np.reshape, lambda g, ans, x, *a, **k: np.reshape(g, shape_of(x)))
-defvjp(np.transpose, lambda g, ans, x, axes=None: np.transpose(g, None if axes is None else np.argsort(axes)))
-defvjp(np.copy, lambda g, ans, x, *a, **k: g)
+@linear_in_first(np.copy)
+def _copy(a, *args, **kw):
+    return np.copy(a, *args, **kw), lambda g: g
 
+
+# Real inputs only (complex numbers are not supported): the real part and conjugate are x itself.
+@linear_in_first(np.real)
+def _real(val):
+    return np.real(val), lambda g: g
+
+
+if np.conjugate not in RRULES:
+    @linear_in_first(np.conjugate)
+    def _conjugate(x, **kw):
+        return np.conjugate(x, **kw), lambda g: g
+
+
+# --- reshaping ------------------------------------------------------------------------------------
+def _ravel_order(a, order):
+    """The order in which ``np.ravel(a, order)`` reads ``a``: "C", "F", or (for order 'K' on a
+    layout that is neither) the C-order positions it reads, as an index array."""
+    if order in ("C", "F", None):
+        return order or "C"
+    if not isinstance(a, np.ndarray):  # a wrapped value: its primal's layout is not ours to see
+        return "C"
+    if order == "A":
+        return "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+    idx = np.empty_like(a, dtype=np.intp)  # same axis order as a's memory layout
+    idx[...] = np.arange(a.size).reshape(a.shape)
+    perm = np.ravel(idx, order="K")
+    if np.array_equal(perm, np.arange(a.size)):
+        return "C"
+    if np.array_equal(perm, np.ravel(idx, order="F")):
+        return "F"
+    return perm
+
+
+@linear_in_first(np.reshape)
+def _reshape(a, shape=None, order="C", **kw):
+    shp, back = shape_of(a), _ravel_order(a, order)  # order 'A' follows a's layout, not g's
+    return np.reshape(a, shape, order=order, **kw), lambda g: np.reshape(g, shp, order=back)
+
+
+@linear_in_first(np.ravel)
+def _ravel(a, order="C"):
+    shape = shape_of(a)
+    read = _ravel_order(a, order)
+    if isinstance(read, str):
+        return np.ravel(a, order), lambda g: np.reshape(g, shape, order=read)
+    inverse = np.argsort(read)
+    return np.ravel(a, order), lambda g: np.reshape(np.take(g, inverse), shape)
+
+
+@linear_in_first(np.squeeze)
+def _squeeze(a, axis=None):
+    shape = shape_of(a)
+    return np.squeeze(a, axis), lambda g: np.reshape(g, shape)
+
+
+@linear_in_first(np.expand_dims)
+def _expand_dims(a, axis):
+    shape = shape_of(a)
+    return np.expand_dims(a, axis), lambda g: np.reshape(g, shape)
+
+
+@linear_in_first(np.broadcast_to)
+def _broadcast_to(array, shape, subok=False):
+    src = shape_of(array)
+    return np.broadcast_to(array, shape, subok=subok), lambda g: unbroadcast(g, src)
+
+
+@rrule(np.broadcast_arrays)
+def _broadcast_arrays(*args, **kw):
+    outs = np.broadcast_arrays(*args, **kw)
+    shapes = [shape_of(a) for a in args]
+    return outs, lambda gs: tuple(unbroadcast(g, s) for g, s in zip(gs, shapes))
+
+
+def _atleast_rule(fn):
+    @rrule(fn)
+    def rule(*arys):
+        out = fn(*arys)
+        shapes = [shape_of(a) for a in arys]
+        if len(arys) == 1:
+            return out, lambda g: (np.reshape(g, shapes[0]),)
+        return out, lambda gs: tuple(np.reshape(g, s) for g, s in zip(gs, shapes))
+    return rule
+
+
+for _f in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
+    _atleast_rule(_f)
+
+
+# --- axis permutations ---------------------------------------------------------------------------
+@linear_in_first(np.transpose)
+def _transpose(a, axes=None):
+    out = np.transpose(a, axes)
+    if axes is None:
+        return out, np.transpose
+    nd = len(shape_of(a))
+    inverse = tuple(int(i) for i in np.argsort([_ax(ax, nd) for ax in axes]))
+    return out, lambda g: np.transpose(g, inverse)
+
+
+@linear_in_first(np.swapaxes)
+def _swapaxes(a, axis1, axis2):
+    return np.swapaxes(a, axis1, axis2), lambda g: np.swapaxes(g, axis1, axis2)
+
+
+@linear_in_first(np.moveaxis)
+def _moveaxis(a, source, destination):
+    return np.moveaxis(a, source, destination), lambda g: np.moveaxis(g, destination, source)
+
+
+@linear_in_first(np.flip)
+def _flip(m, axis=None):
+    return np.flip(m, axis), lambda g: np.flip(g, axis)
+
+
+@linear_in_first(np.fliplr)
+def _fliplr(m):
+    return np.fliplr(m), np.fliplr
+
+
+@linear_in_first(np.flipud)
+def _flipud(m):
+    return np.flipud(m), np.flipud
+
+
+@linear_in_first(np.rot90)
+def _rot90(m, k=1, axes=(0, 1)):
+    return np.rot90(m, k, axes), lambda g: np.rot90(g, -k, axes)
+
+
+@linear_in_first(np.roll)
+def _roll(a, shift, axis=None):
+    back = -shift if np.ndim(shift) == 0 else tuple(-s for s in shift)
+    return np.roll(a, shift, axis), lambda g: np.roll(g, back, axis)
+
+
+# --- joining -------------------------------------------------------------------------------------
+@linear_in_first(np.concatenate)
+def _concatenate(arrays, axis=0, out=None, **kw):
+    _no_out(np.concatenate, out)
+    y = np.concatenate(arrays, axis, **kw)
+    shapes = [shape_of(a) for a in arrays]
+    if axis is None:
+        sizes = [math.prod(s) for s in shapes]
+        return y, lambda g: _as_input_structure(arrays, [
+            np.reshape(p, s) for p, s in zip(_split_along(g, sizes, 0), shapes)])
+    ax = _ax(axis, len(shapes[0]))
+    sizes = [s[ax] for s in shapes]
+    return y, lambda g: _as_input_structure(arrays, _split_along(g, sizes, ax))
+
+
+@linear_in_first(np.stack)
+def _stack(arrays, axis=0, out=None, **kw):
+    _no_out(np.stack, out)
+    y = np.stack(arrays, axis, **kw)
+    ax, n = _ax(axis, len(shape_of(y))), len(arrays)
+    return y, lambda g: _as_input_structure(arrays, [g[_along(ax, i)] for i in range(n)])
+
+
+def _at_least(nd):
+    """The shape ``np.atleast_{nd}d`` gives an array of shape ``s``."""
+    def promote(s):
+        if len(s) >= nd:
+            return s
+        return {1: {0: (1,)}, 2: {0: (1, 1), 1: (1,) + s},
+                3: {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}}[nd][len(s)]
+    return promote
+
+
+def _column(s):
+    """The shape of a ``np.column_stack`` column made from an array of shape ``s``."""
+    return s if len(s) >= 2 else (1, 1) if not s else s + (1,)
+
+
+def _joining_rule(fn, promote, axis_of):
+    """Rule for hstack/vstack/dstack/column_stack: promote each input's shape, then concatenate
+    along ``axis_of(promoted shapes)``; the pullback slices and reshapes back."""
+    @linear_in_first(fn)
+    def rule(tup, **kw):
+        y = fn(tup, **kw)
+        shapes = [shape_of(a) for a in tup]
+        promoted = [promote(s) for s in shapes]
+        ax = axis_of(promoted)
+        sizes = [s[ax] for s in promoted]
+        return y, lambda g: _as_input_structure(tup, [
+            np.reshape(p, s) for p, s in zip(_split_along(g, sizes, ax), shapes)])
+    return rule
+
+
+_joining_rule(np.hstack, _at_least(1), lambda ps: 0 if len(ps[0]) == 1 else 1)
+_joining_rule(np.vstack, _at_least(2), lambda ps: 0)
+_joining_rule(np.dstack, _at_least(3), lambda ps: 2)
+_joining_rule(np.column_stack, _column, lambda ps: 1)
+
+
+@rrule(np.append)
+def _append(arr, values, *more, **kw):
+    y = np.append(arr, values, *more, **kw)
+    axis = more[0] if more else kw.get("axis")
+    sa, sv = shape_of(arr), shape_of(values)
+    rest = (None,) * len(more)
+    if axis is None:
+        n = math.prod(sa)
+        return y, lambda g: (np.reshape(g[:n], sa), np.reshape(g[n:], sv)) + rest
+    ax = _ax(axis, len(sa))
+    n = sa[ax]
+    return y, lambda g: (g[_along(ax, slice(0, n))], g[_along(ax, slice(n, None))]) + rest
+
+
+# --- splitting ------------------------------------------------------------------------------------
+def _piece_bounds(n, indices_or_sections):
+    """``(start, length)`` of each piece ``np.array_split`` cuts from ``n`` elements."""
+    if np.ndim(indices_or_sections) == 0:
+        k = int(indices_or_sections)
+        each, extra = divmod(n, k)
+        lengths = [each + 1] * extra + [each] * (k - extra)
+        starts = np.cumsum([0] + lengths[:-1]).tolist()
+        return list(zip(starts, lengths))
+    points = [0] + list(indices_or_sections) + [n]
+    bounds = []
+    for lo, hi in zip(points[:-1], points[1:]):
+        start, stop, _ = slice(lo, hi).indices(n)
+        bounds.append((start, max(0, stop - start)))
+    return bounds
+
+
+def _split_adjoint(shape, axis, bounds):
+    """Pullback of a split into pieces ``bounds`` along ``axis``: the pieces' cotangents put back.
+
+    Pieces that tile the axis in order are concatenated; overlapping or out-of-order pieces
+    (index lists that are not increasing) are zero-padded into place and summed.
+    """
+    n = shape[axis]
+    in_order, pos = True, 0
+    for start, length in bounds:
+        if length:
+            in_order &= start == pos
+            pos = start + length
+    if in_order and pos == n:
+        used = [k for k, (_, length) in enumerate(bounds) if length]
+        return lambda gs: np.concatenate([gs[k] for k in used], axis)
+
+    def pullback(gs):
+        total = None
+        for g, (start, length) in zip(gs, bounds):
+            if length:
+                width = [(0, 0)] * len(shape)
+                width[axis] = (start, n - start - length)
+                part = np.pad(g, width)
+                total = part if total is None else total + part
+        return total if total is not None else np.zeros(shape, dtype=gs[0].dtype)
+    return pullback
+
+
+def _split_rule(fn, axis_of=None):
+    @linear_in_first(fn)
+    def rule(ary, indices_or_sections, *args, **kw):
+        ys = fn(ary, indices_or_sections, *args, **kw)
+        shape = shape_of(ary)
+        if axis_of is None:
+            axis = args[0] if args else kw.get("axis", 0)
+        else:
+            axis = axis_of(len(shape))
+        ax = _ax(axis, len(shape))
+        return ys, _split_adjoint(shape, ax, _piece_bounds(shape[ax], indices_or_sections))
+    return rule
+
+
+_split_rule(np.split)
+_split_rule(np.array_split)
+_split_rule(np.hsplit, lambda nd: 1 if nd > 1 else 0)
+_split_rule(np.vsplit, lambda nd: 0)
+_split_rule(np.dsplit, lambda nd: 2)
+
+if hasattr(np, "unstack"):
+    @linear_in_first(np.unstack)
+    def _unstack(x, *, axis=0):
+        return np.unstack(x, axis=axis), lambda gs: np.stack(gs, axis)
+
+
+# --- copies: tile, repeat -------------------------------------------------------------------------
+@linear_in_first(np.tile)
+def _tile(A, reps):
+    shape = shape_of(A)
+    reps = (int(reps),) if np.ndim(reps) == 0 else tuple(int(r) for r in reps)
+    d = max(len(shape), len(reps))
+    src = (1,) * (d - len(shape)) + tuple(shape)
+    reps = (1,) * (d - len(reps)) + reps
+    # The output's axis i, of length reps[i] * src[i], is (copy, element) in C order.
+    split = tuple(n for pair in zip(reps, src) for n in pair)
+    copies = tuple(range(0, 2 * d, 2))
+    return np.tile(A, reps), lambda g: np.reshape(np.sum(np.reshape(g, split), axis=copies),
+                                                  shape)
+
+
+@linear_in_first(np.repeat)
+def _repeat(a, repeats, axis=None):
+    y = np.repeat(a, repeats, axis)
+    shape = shape_of(a)
+    src = (math.prod(shape),) if axis is None else tuple(shape)
+    ax = 0 if axis is None else _ax(axis, len(shape))
+    reps = np.asarray(repeats)
+    if reps.size == 1:
+        r = int(reps.reshape(-1)[0])
+        split = src[:ax] + (src[ax], r) + src[ax + 1:]
+        return y, lambda g: np.reshape(np.sum(np.reshape(g, split), axis=ax + 1), shape)
+    source = np.repeat(np.arange(src[ax]), reps)  # input position of each output position
+    return y, lambda g: np.reshape(scatter_add(src, _along(ax, source), g), shape)
+
+
+# --- diagonals and triangles ----------------------------------------------------------------------
+def _diagonal_adjoint(shape, offset, axis1, axis2, length):
+    """Pullback of ``np.diagonal(a, offset, axis1, axis2)`` for ``a`` of ``shape``: ``g`` (the
+    other axes, then the diagonal) scattered onto the diagonal of zeros."""
+    a1, a2 = _ax(axis1, len(shape)), _ax(axis2, len(shape))
+    other = tuple(n for i, n in enumerate(shape) if i not in (a1, a2))
+    rows = np.arange(length) + max(-offset, 0)
+    cols = np.arange(length) + max(offset, 0)
+    # In the layout with axis1, axis2 moved last, the diagonal is [..., rows, cols].
+    return lambda g: np.moveaxis(
+        scatter_add(other + (shape[a1], shape[a2]), (Ellipsis, rows, cols), g),
+        (-2, -1), (a1, a2))
+
+
+@linear_in_first(np.diagonal)
+def _diagonal(a, offset=0, axis1=0, axis2=1):
+    y = np.diagonal(a, offset, axis1, axis2)
+    return y, _diagonal_adjoint(shape_of(a), offset, axis1, axis2, shape_of(y)[-1])
+
+
+@linear_in_first(np.diag)
+def _diag(v, k=0):
+    y = np.diag(v, k)
+    shape = shape_of(v)
+    if len(shape) == 1:
+        return y, lambda g: np.diagonal(g, k)
+    return y, _diagonal_adjoint(shape, k, 0, 1, shape_of(y)[0])
+
+
+def _triangle_rule(fn):
+    @linear_in_first(fn)
+    def rule(m, k=0):
+        y = fn(m, k)
+        if len(shape_of(m)) == 1:  # m is broadcast to the rows of a square matrix
+            return y, lambda g: np.sum(fn(g, k), axis=0)
+        return y, lambda g: fn(g, k)
+    return rule
+
+
+_triangle_rule(np.triu)
+_triangle_rule(np.tril)
+
+
+# --- padding --------------------------------------------------------------------------------------
+def _pad_pairs(pad_width, ndim):
+    """``pad_width`` (int, pair, per-axis pairs or {axis: width}) as ndim ``(before, after)``."""
+    if isinstance(pad_width, dict):
+        seq = [(0, 0)] * ndim
+        for axis, width in pad_width.items():
+            seq[axis] = (width, width) if np.ndim(width) == 0 else tuple(width)
+        pad_width = seq
+    pw = np.round(np.asarray(pad_width)).astype(np.intp)
+    if pw.size == 1:
+        return [(int(pw.ravel()[0]),) * 2] * ndim
+    if pw.size == 2 and pw.shape != (2, 1):
+        return [tuple(int(p) for p in pw.ravel())] * ndim
+    return [tuple(int(p) for p in row) for row in np.broadcast_to(pw, (ndim, 2))]
+
+
+@linear_in_first(np.pad)
+def _pad(array, pad_width, mode="constant", **kwargs):
+    if mode not in ("constant", "empty"):
+        raise MissingRuleError(
+            f"mooncake_py has no reverse-mode rule for np.pad with mode={mode!r}: only "
+            "mode='constant' (with constant constant_values) and mode='empty' are supported. "
+            "Build the padding from slices of the array instead, e.g. for mode='edge' on a 1-D x: "
+            "np.concatenate([np.repeat(x[:1], n), x, np.repeat(x[-1:], n)]), or for 'wrap': "
+            "np.concatenate([x[-n:], x, x[:n]]); those are differentiated.")
+    y = np.pad(array, pad_width, mode, **kwargs)
+    shape = shape_of(array)
+    key = tuple(slice(before, before + n)
+                for (before, _), n in zip(_pad_pairs(pad_width, len(shape)), shape))
+    return y, lambda g: g[key]
+
+
+# --- constructors whose values do not depend on the input ----------------------------------------
 for _f in [np.shape, np.ndim, np.size, np.zeros_like, np.ones_like, np.empty_like, np.full_like,
            np.argmax, np.argmin, np.argsort, np.nonzero, np.count_nonzero, np.searchsorted,
            np.argwhere, np.flatnonzero, np.any, np.all, np.result_type, np.iscomplexobj,
-           np.isrealobj, np.may_share_memory, np.shares_memory]:
+           np.isrealobj, np.may_share_memory, np.shares_memory, np.imag]:
     zero_derivative(_f)

@@ -102,7 +102,7 @@ class Tape:
                         f"{fn_name(fn)}(..., out=...) writes into an existing array, which the "
                         "tape cannot represent yet; drop out= and use the returned value.")
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
-            if any(type(v) is TrackedArray and v._tape is self for v in kwargs.values()):
+            if any(_holds_tracked(v, self) for v in kwargs.values()):
                 args, kwargs = _kwargs_to_positional(fn, args, kwargs)
         n = len(args)
         if n == 2:  # fast paths: most calls are unary or binary with plain/tracked operands
@@ -337,6 +337,14 @@ def _call(fn, args, kwargs):
 _SIGNATURES = {}
 
 
+def _holds_tracked(v, tape=None):
+    """Whether ``v`` is, or is a list/tuple holding, a TrackedArray (of ``tape`` if given)."""
+    if type(v) is TrackedArray:
+        return tape is None or v._tape is tape
+    return type(v) in _SEQ and any(type(b) is TrackedArray and (tape is None or b._tape is tape)
+                                   for b in v)
+
+
 def _kwargs_to_positional(fn, args, kwargs):
     """Move tracked keyword arguments (and those before them) into positional slots."""
     sig = _SIGNATURES.get(fn)
@@ -345,8 +353,8 @@ def _kwargs_to_positional(fn, args, kwargs):
     bound = sig.bind(*args, **kwargs)
     pos, rest = [], {}
     params = list(sig.parameters.values())
-    last = max(i for i, p in enumerate(params)
-               if type(bound.arguments.get(p.name)) is TrackedArray)
+    last = max((i for i, p in enumerate(params) if _holds_tracked(bound.arguments.get(p.name))),
+               default=-1)
     for i, p in enumerate(params):
         if i <= last:
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
