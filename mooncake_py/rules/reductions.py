@@ -1,8 +1,20 @@
-"""Reverse rules for reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, norms."""
+"""Reverse rules for reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, the nan*
+variants, np.linalg.norm, and the ufunc methods ``np.add.reduce`` & co.
+
+Conventions of this module: each rule is written as ``(x, *params) -> (y, pullback)`` where the
+pullback returns the cotangent of ``x`` alone; :func:`reduction_rule` registers it and pads the
+cotangent tuple with ``None`` for the other positional arguments (``np.sum(x, 0)``). Masks (ties,
+zeros, NaNs, ``where=``) are plain boolean arrays computed from comparisons, so every pullback is
+made of differentiable ``np.`` calls on ``x``, ``y`` and ``g`` and runs unchanged on dual numbers.
+"""
+import inspect
+
 import numpy as np
 
-from .registry import rrule, RRULES
+from .registry import RRULES, fn_name
+from ..errors import MissingRuleError
 from .broadcasting import shape_of
+from .shape import astype
 
 
 def normalize_axis(axis, ndim):
@@ -16,34 +28,461 @@ def normalize_axis(axis, ndim):
 
 def expand_reduced(g, shape, axis, keepdims):
     """Reshape a reduction's cotangent ``g`` so it broadcasts against the input's ``shape``."""
-    if keepdims or not shape:
+    if keepdims or axis is None or not shape:  # (axis=None: g is 0-d and broadcasts as is)
         return g
     axes = normalize_axis(axis, len(shape))
     kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
     return np.reshape(g, kept)
 
 
-@rrule(np.sum)
-def _sum(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
-    y = np.sum(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
-    shape = shape_of(x)
+def reduction_rule(*fns):
+    """Register ``rule(x, *args, **kw) -> (y, pullback)``, whose pullback returns the cotangent of
+    ``x`` alone, as the rrule of each of ``fns``; tracked values in the other positional slots
+    (``np.max(x, initial=v)`` with ``v`` tracked) are refused with a MissingRuleError.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def total(x, axis=None):
+        ...     return np.sum(x, axis=axis)
+        >>> @reduction_rule(total)
+        ... def _(x, axis=None):
+        ...     return total(x, axis), lambda g: np.broadcast_to(g, np.shape(x))
+        >>> mp.grad(lambda x: total(x, 0))(np.ones(2))
+        array([1., 1.])
+    """
+    def register(rule):
+        def internal(args, kwargs, needs):
+            if len(needs) == 1:
+                y, pb = rule(*args, **kwargs)
+                return y, lambda g: (pb(g),)
+            if any(needs[1:]):
+                raise MissingRuleError(_tracked_param_message(fns[0], needs))
+            y, pb = rule(*args, **kwargs)
+            pad = (None,) * (len(needs) - 1)
+            return y, lambda g: (pb(g),) + pad
+        internal.__name__ = f"rrule({fn_name(fns[0])})"
+        for fn in fns:
+            RRULES[fn] = internal
+        return rule
+    return register
+
+
+def _tracked_param_message(fn, needs):
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    which = [names[i] if i < len(names) else f"#{i}" for i, n in enumerate(needs) if n and i]
+    short = fn_name(fn).replace("numpy.", "np.")
+    return (f"{short}: differentiating with respect to its argument(s) {', '.join(which)} is not "
+            f"supported; only the array argument carries a derivative. Pass a constant there "
+            f"(mp.stop_gradient(v)), or apply it outside the reduction, e.g. "
+            f"np.maximum(np.max(x), v) instead of np.max(x, initial=v), or np.sum(x) + v "
+            f"instead of np.sum(x, initial=v).")
+
+
+def _ufunc_method(key, fn, axis=0):
+    """``np.add.reduce`` & co. take ``axis=0`` by default where the function takes ``None``."""
+    def rule(args, kwargs, needs):
+        return RRULES[fn](args, {"axis": axis, **kwargs}, needs)
+    rule.__name__ = f"rrule({key[0].__name__}.{key[1]})"
+    RRULES[key] = rule
+
+
+# --- small helpers --------------------------------------------------------------------------
+def dtype_of(x):
+    """``x.dtype``, or NumPy's dtype for a Python number."""
+    dt = getattr(x, "dtype", None)
+    return dt if dt is not None else np.result_type(x)
+
+
+def _const(v, like):
+    """A plain constant (weights from masks and counts) with the floating dtype of ``like``."""
+    return np.asarray(v, dtype=dtype_of(like))
+
+
+def _like(gx, x):
+    """Cast a cotangent back to ``x``'s dtype when ``dtype=`` changed the computation's."""
+    return gx if dtype_of(gx) == dtype_of(x) else astype(gx, dtype_of(x))
+
+
+_PLAIN_SCALARS = (np.float64, np.float32, np.float16)
+
+
+def broadcast_cotangent(g, shape):
+    """``np.broadcast_to(g, shape)``, read-only; a plain scalar ``g`` (the cotangent of a full
+    reduction, the common case) takes a fast path that builds the zero-stride view directly."""
+    if type(g) in _PLAIN_SCALARS or (type(g) is np.ndarray and g.ndim == 0):
+        out = np.ndarray(shape, g.dtype, np.asarray(g), 0, (0,) * len(shape))
+        out.flags.writeable = False
+        return out
+    return np.broadcast_to(g, shape)
+
+
+def _masked(gx, where):
+    return gx if where is True else np.where(where, gx, 0)
+
+
+def _size(shape, axes):
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def _count(where, shape, axes):
+    """Per reduced slice, how many entries ``where`` selects (plain int array, keepdims shape)."""
+    return np.sum(np.broadcast_to(where, shape), axis=axes, keepdims=True)
+
+
+def slice_rank(mask, axes):
+    """For each True entry of a plain boolean ``mask``, its 1-based rank among the True entries
+    of its reduced slice (C order over ``axes``); 0 where ``mask`` is False."""
+    nd = mask.ndim
+    if not axes:
+        return mask.astype(np.intp)
+    tail = tuple(range(nd - len(axes), nd))
+    moved = np.moveaxis(mask, axes, tail)
+    flat = np.reshape(moved, moved.shape[:nd - len(axes)] + (-1,))
+    rank = np.reshape(np.cumsum(flat, axis=-1), moved.shape) * moved
+    return np.moveaxis(rank, tail, axes)
+
+
+def _revcumsum(v, axis):
+    return np.flip(np.cumsum(np.flip(v, axis), axis), axis)
+
+
+def _where_kw(kw, nan_of=None):
+    """The effective ``where`` mask: the ``where=`` argument, and not-NaN for nan* functions."""
     where = kw.get("where", True)
+    if nan_of is not None:
+        notnan = ~np.isnan(nan_of)
+        where = notnan if where is True else notnan & where
+    return where
 
-    def pullback(g):
-        gx = np.broadcast_to(expand_reduced(g, shape, axis, keepdims), shape)
-        return (gx if where is True else np.where(where, gx, 0),)
-    return y, pullback
+
+# --- sum, mean ------------------------------------------------------------------------------
+def _sum_rule(np_fn, nan):
+    def rule(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+
+        def pullback(g):
+            gk = expand_reduced(g, shape, axis, keepdims)
+            gx = _masked(broadcast_cotangent(gk, shape), _where_kw(kw, x if nan else None))
+            return _like(gx, x)
+        return y, pullback
+    return rule
 
 
-@rrule(np.mean)
-def _mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
-    y = np.mean(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+def _mean_rule(np_fn, nan):
+    def rule(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+
+        def pullback(g):
+            gk = expand_reduced(g, shape, axis, keepdims)
+            where = _where_kw(kw, x if nan else None)
+            axes = normalize_axis(axis, len(shape))
+            if where is True:
+                gx = broadcast_cotangent(gk / max(_size(shape, axes), 1), shape)
+            else:
+                # An empty slice has no entries to receive a cotangent; 1 avoids 0/0.
+                inv = _const(1.0 / np.maximum(_count(where, shape, axes), 1), gk)
+                gx = np.where(where, gk * inv, 0)
+            return _like(gx, x)
+        return y, pullback
+    return rule
+
+
+reduction_rule(np.sum)(_sum_rule(np.sum, nan=False))
+reduction_rule(np.nansum)(_sum_rule(np.nansum, nan=True))
+reduction_rule(np.mean)(_mean_rule(np.mean, nan=False))
+reduction_rule(np.nanmean)(_mean_rule(np.nanmean, nan=True))
+
+
+# --- prod -----------------------------------------------------------------------------------
+def _prod_partials(x, yk, axes, kw):
+    """∂ prod(x over axes) / ∂x, exact with zeros and with no division by a zero.
+
+    No zeros: y / x. Otherwise, per slice, with z1 and z2 its first and second zeros and p1, p12
+    the products leaving out z1, resp. z1 and z2: ∂/∂x_z1 = p1, ∂/∂x_z2 = x_z1 · p12, and for any
+    nonzero x_k, ∂/∂x_k = x_z1 · p1 / x_k (zero in value). Written so, the partials also have the
+    right derivatives themselves (second order through duals), as the closed forms do.
+    """
+    where = kw.get("where", True)
+    if where is not True:
+        x = np.where(where, x, 1)  # entries left out act as ones
+    zero = np.asarray(x == 0)
+    if not np.any(zero):
+        d = yk / x
+    else:
+        pkw = {"initial": kw["initial"]} if "initial" in kw else {}
+        rank = slice_rank(zero, axes)
+        first, second = rank == 1, rank == 2
+        nzero = np.sum(zero, axis=axes, keepdims=True)
+        xs = np.where(zero, 1, x)
+        p1 = np.prod(np.where(first, 1, x), axis=axes, keepdims=True, **pkw)
+        p12 = np.prod(np.where(first | second, 1, x), axis=axes, keepdims=True, **pkw)
+        z1 = np.sum(np.where(first, x, 0), axis=axes, keepdims=True)
+        d = np.where(nzero == 0, yk / xs,
+                     np.where(first, p1,
+                              np.where(second, z1 * p12,
+                                       np.where(zero, 0, z1 * p1 / xs))))
+    return _masked(d, where)
+
+
+def _prod_rule(np_fn, nan):
+    def rule(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+
+        def pullback(g):
+            axes = normalize_axis(axis, len(shape))
+            k = dict(kw)
+            if nan:
+                k["where"] = _where_kw(kw, x)
+            d = _prod_partials(x, expand_reduced(y, shape, axis, keepdims), axes, k)
+            return _like(expand_reduced(g, shape, axis, keepdims) * d, x)
+        return y, pullback
+    return rule
+
+
+reduction_rule(np.prod)(_prod_rule(np.prod, nan=False))
+reduction_rule(np.nanprod)(_prod_rule(np.nanprod, nan=True))
+
+
+# --- max, min -------------------------------------------------------------------------------
+def _extremum_rule(np_fn, nan):
+    """max/min: the cotangent goes to the entries equal to the result, split equally among ties
+    (a NaN result, or an ``initial`` larger than every entry, sends nothing to ``x``)."""
+    def rule(x, axis=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+
+        def pullback(g):
+            axes = normalize_axis(axis, len(shape))
+            hit = np.asarray(x == expand_reduced(y, shape, axis, keepdims))
+            where = _where_kw(kw, x if nan else None)
+            if where is not True:
+                hit = hit & where
+            w = _const(hit / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1), x)
+            return expand_reduced(g, shape, axis, keepdims) * w
+        return y, pullback
+    return rule
+
+
+for _fns, _np_fn, _nan in [((np.max, np.amax), np.max, False), ((np.min, np.amin), np.min, False),
+                           ((np.nanmax,), np.nanmax, True), ((np.nanmin,), np.nanmin, True)]:
+    reduction_rule(*_fns)(_extremum_rule(_np_fn, _nan))
+
+
+# --- var, std -------------------------------------------------------------------------------
+def _centered_scale(x, axis, ddof, kw, where):
+    """``x - mean`` and ``1 / (N - ddof)`` per slice (N: entries selected by ``where``)."""
     shape = shape_of(x)
-    n = np.prod([shape[a] for a in normalize_axis(axis, len(shape))], dtype=float) if shape else 1.0
+    axes = normalize_axis(axis, len(shape))
+    ddof = kw.get("correction", ddof)
+    if "mean" in kw:  # a user-supplied mean is a constant of the computation
+        m = kw["mean"]
+    elif where is True:
+        m = np.mean(x, axis=axis, keepdims=True)
+    else:
+        m = np.mean(x, axis=axis, keepdims=True, where=where)
+    if where is True:
+        dof = _size(shape, axes) - ddof
+        return x - m, (1.0 / dof if dof > 0 else np.inf)
+    dof = _count(where, shape, axes) - ddof
+    with np.errstate(divide="ignore"):
+        return np.where(where, x - m, 0), _const(np.where(dof > 0, 1.0 / dof, np.inf), x)
+
+
+def _var_rule(np_fn, nan, root):
+    def rule(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+
+        def pullback(g):
+            where = _where_kw(kw, x if nan else None)
+            c, scale = _centered_scale(x, axis, ddof, kw, where)
+            gk = expand_reduced(g, shape, axis, keepdims)
+            if not root:
+                gx = gk * c * (2 * scale)
+            else:
+                # d std = (x - m) / ((N - ddof) std); a constant slice (std = 0) gets zero.
+                yk = expand_reduced(y, shape, axis, keepdims)
+                flat = np.asarray(yk == 0)
+                gx = np.where(flat, 0, gk * c * scale / np.where(flat, 1, yk))
+            return _like(_masked(gx, where), x)
+        return y, pullback
+    return rule
+
+
+reduction_rule(np.var)(_var_rule(np.var, nan=False, root=False))
+reduction_rule(np.nanvar)(_var_rule(np.nanvar, nan=True, root=False))
+reduction_rule(np.std)(_var_rule(np.std, nan=False, root=True))
+reduction_rule(np.nanstd)(_var_rule(np.nanstd, nan=True, root=True))
+
+
+# --- cumsum, cumprod ------------------------------------------------------------------------
+def _scan_axis(x, axis):
+    """(values scanned, axis): ``axis=None`` scans the flattened array."""
+    if axis is None:
+        return np.reshape(x, (-1,)), 0
+    return x, axis
+
+
+def _cumsum_rule(nan):
+    def rule(x, axis=None, dtype=None, out=None):
+        y = (np.nancumsum if nan else np.cumsum)(x, axis=axis, dtype=dtype)
+        shape = shape_of(x)
+
+        def pullback(g):
+            gx = np.reshape(_revcumsum(g, 0 if axis is None else axis), shape)
+            return _like(np.where(np.isnan(x), 0, gx) if nan else gx, x)
+        return y, pullback
+    return rule
+
+
+reduction_rule(np.cumsum)(_cumsum_rule(nan=False))
+reduction_rule(np.nancumsum)(_cumsum_rule(nan=True))
+
+
+def _cumprod_vjp(x, y, g, ax):
+    """Σ_{i≥k} g_i ∂y_i/∂x_k for y = cumprod(x) along ``ax``, exact with zeros.
+
+    With z1, z2 the first two zeros of a slice and c1, c2 the cumulative products that leave
+    out x_z1, resp. x_z1 and x_z2: before z1 it is revcumsum(g·y)_k / x_k; at z1,
+    revcumsum(g·c1); between z1 and z2, x_z1 · revcumsum(g·c1)_k / x_k; at z2,
+    x_z1 · revcumsum(g·c2); after z2, 0. The factors x_z1 (zero in value) keep the formula's
+    own derivatives right, for second order through duals.
+    """
+    rs = _revcumsum(g * y, ax)
+    zero = np.asarray(x == 0)
+    if not np.any(zero):
+        return rs / x
+    seen = np.cumsum(zero, axis=ax)
+    before, first, second = seen == 0, zero & (seen == 1), zero & (seen == 2)
+    between = (seen == 1) & ~zero
+    xz1 = np.cumsum(np.where(first, x, 0), axis=ax)  # x_z1 from z1 on, 0 before
+    r1 = _revcumsum(g * np.cumprod(np.where(first, 1, x), axis=ax), ax)
+    r2 = _revcumsum(g * np.cumprod(np.where(first | second, 1, x), axis=ax), ax)
+    xs = np.where(before | between, x, 1)
+    return np.where(before, rs / xs,
+                    np.where(first, r1,
+                             np.where(between, xz1 * r1 / xs,
+                                      np.where(second, xz1 * r2, 0))))
+
+
+def _cumprod_rule(nan):
+    def rule(x, axis=None, dtype=None, out=None):
+        y = (np.nancumprod if nan else np.cumprod)(x, axis=axis, dtype=dtype)
+        shape = shape_of(x)
+
+        def pullback(g):
+            xs, ax = _scan_axis(x, axis)
+            if nan:
+                notnan = ~np.isnan(xs)
+                gx = np.where(notnan, _cumprod_vjp(np.where(notnan, xs, 1), y, g, ax), 0)
+            else:
+                gx = _cumprod_vjp(xs, y, g, ax)
+            return _like(np.reshape(gx, shape), x)
+        return y, pullback
+    return rule
+
+
+reduction_rule(np.cumprod)(_cumprod_rule(nan=False))
+reduction_rule(np.nancumprod)(_cumprod_rule(nan=True))
+
+
+# --- ufunc methods --------------------------------------------------------------------------
+_ufunc_method((np.add, "reduce"), np.sum)
+_ufunc_method((np.multiply, "reduce"), np.prod)
+_ufunc_method((np.maximum, "reduce"), np.max)
+_ufunc_method((np.minimum, "reduce"), np.min)
+_ufunc_method((np.add, "accumulate"), np.cumsum)
+_ufunc_method((np.multiply, "accumulate"), np.cumprod)
+
+
+# --- np.linalg.norm -------------------------------------------------------------------------
+def _split_ties(v, target, axes):
+    """Weights 1/count on the entries of ``v`` equal to ``target`` in their slice, else 0."""
+    hit = np.asarray(v == target)
+    return hit / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1)
+
+
+def _safe(v):
+    """``v`` with zeros replaced by ones, for divisions whose numerator vanishes there."""
+    return np.where(np.asarray(v == 0), 1, v)
+
+
+def _vector_norm_partials(x, yk, ord, axes):
+    """∂‖x‖_ord / ∂x over ``axes`` (``yk``: the norm, broadcastable against ``x``)."""
+    if ord is None or ord == 2:
+        return x / _safe(yk)
+    if ord == 1:
+        return np.sign(x)
+    if ord == 0:
+        return None  # a count of nonzeros: locally constant
+    a = np.abs(x)
+    if ord == np.inf or ord == -np.inf:
+        pick = np.max if ord > 0 else np.min
+        return np.sign(x) * _const(_split_ties(a, pick(a, axis=axes, keepdims=True), axes), x)
+    # (|x_k| / ‖x‖)^(p-1) sign(x_k); entries at 0 get 0 (for p < 1 the derivative is infinite).
+    at0 = np.asarray(x == 0)
+    return np.where(at0, 0, np.sign(x) * (np.where(at0, 1, a) / _safe(yk)) ** (ord - 1))
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    """(y, ∂y/∂x-as-a-function-of-g) for the matrix norms over the axis pair ``axes``."""
+    r, c = axes
+    shape = shape_of(x)
+    if ord in ("nuc", 2, -2):
+        u, s, vt = np.linalg.svd(np.moveaxis(x, (r, c), (-2, -1)), full_matrices=False)
+        rc = (r % len(shape), c % len(shape))
+        out_shape = tuple(1 if i in rc else n for i, n in enumerate(shape)
+                          if keepdims or i not in rc)
+        k = {2: 0, -2: -1}.get(ord)
+        y = np.reshape(np.sum(s, axis=-1) if k is None else s[..., k], out_shape)
+
+        def partials(gk):
+            gm = np.moveaxis(gk, (r, c), (-2, -1))
+            if k is None:  # d Σσ = U Vᵀ (a subgradient when rank-deficient)
+                d = np.matmul(u, vt)
+            else:          # d σ_k = u_k v_kᵀ
+                sl = slice(k, k + 1 or None)
+                d = u[..., :, sl] * vt[..., sl, :]
+            return np.moveaxis(gm * d, (-2, -1), (r, c))
+        return y, partials
+    y = np.linalg.norm(x, ord, axes, keepdims)
+    if ord in (1, -1, np.inf, -np.inf):
+        # 1: max over columns of the column sums |x| (sum over rows); inf: rows and columns swap.
+        s_ax, m_ax = (r, c) if ord in (1, -1) else (c, r)
+        def partials(gk):
+            sums = np.sum(np.abs(x), axis=s_ax, keepdims=True)
+            target = (np.max if ord > 0 else np.min)(sums, axis=m_ax, keepdims=True)
+            return gk * np.sign(x) * _const(_split_ties(sums, target, m_ax), x)
+        return y, partials
+    # "fro" (and None): the 2-norm of the entries.
+    return y, lambda gk: gk * x / _safe(expand_reduced(y, shape, axes, keepdims))
+
+
+@reduction_rule(np.linalg.norm)
+def _norm(x, ord=None, axis=None, keepdims=False):
+    shape = shape_of(x)
+    nd = len(shape)
+    if isinstance(axis, (int, np.integer)):
+        axis = (int(axis),)
+    if axis is None and ord is not None and nd == 2:
+        axis = (0, 1)
+    if axis is not None and len(axis) == 2:
+        y, partials = _matrix_norm(x, ord, tuple(axis), keepdims)
+        return y, lambda g: partials(expand_reduced(g, shape, axis, keepdims))
+    y = np.linalg.norm(x, ord, axis, keepdims)
+    axes = normalize_axis(axis, nd)
 
     def pullback(g):
-        return (np.broadcast_to(expand_reduced(g, shape, axis, keepdims) / n, shape),)
+        d = _vector_norm_partials(x, expand_reduced(y, shape, axes, keepdims), ord, axes)
+        return None if d is None else expand_reduced(g, shape, axes, keepdims) * d
     return y, pullback
-
-
-RRULES[(np.add, "reduce")] = RRULES[np.sum]

@@ -4,4 +4,165 @@ The scipy.special *ufuncs* (expit, logit, erf, erfc, gammaln, digamma, xlogy, nd
 dispatch through ``__array_ufunc__`` and get their rules from the derivative table. The
 functions here do not dispatch (scipy converts its inputs with ``np.asarray``), so they are
 wrapped as primitives and exposed as ``mooncake_py.special.*``.
+
+The primals are written here with NumPy (max-shifted, as scipy does), so scipy is not needed;
+they agree with scipy's to rounding. Inside the rules they run on the unwrapped values with
+``np.`` calls only, so on dual numbers (second order) they need no further rule.
 """
+import numpy as np
+
+from .registry import primitive, rrule, stop_gradient
+from .broadcasting import shape_of, unbroadcast
+from .reductions import normalize_axis, expand_reduced, slice_rank, dtype_of
+from ..errors import MissingRuleError
+
+__all__ = ["logsumexp", "softmax", "log_softmax"]
+
+
+def _shift(a, axis, shape=None):
+    """(``a`` as a constant, its max over ``axis`` with kept dims and non-finite maxima as 0,
+    where that max is finite).
+
+    Subtracting the max keeps ``exp`` in range; being a constant it carries no derivative, and
+    the result does not depend on it mathematically.
+    """
+    a = stop_gradient(a)
+    if shape is not None:
+        a = np.broadcast_to(a, shape)
+    m = np.max(a, axis=axis, keepdims=True)
+    finite = np.isfinite(m)
+    return a, np.where(finite, m, 0), finite
+
+
+def _lse_parts(a, axis, b, keepdims):
+    """(log Σ b·exp(a - m), m): the shifted log-sum over ``axis`` and the shift ``m`` (kept
+    dims), with ``np.`` calls on ``a`` and ``b``. Keeping them apart lets the pullback form
+    exp((a - m) - shifted) without the rounding of the large unshifted result."""
+    if b is None:
+        ap, m, finite = _shift(a, axis)
+        # One maximal entry's term exp(0) = 1 is taken out of the sum as expm1(a - m) (zero in
+        # value, with the right derivative) and added back by log1p: log1p(rest) keeps full
+        # relative precision when the other terms are tiny. Where the maximum is not finite
+        # nothing is taken out, and log1p(rest - 1) = log(rest).
+        top = slice_rank(np.asarray((ap == m) & finite), normalize_axis(axis, np.ndim(ap))) == 1
+        rest = np.sum(np.where(top, np.expm1(a - m), np.exp(a - m)), axis=axis,
+                      keepdims=keepdims)
+        one = np.asarray(np.sum(top, axis=axis, keepdims=keepdims) - 1, dtype=dtype_of(rest))
+        with np.errstate(divide="ignore"):
+            return np.log1p(rest + one), m
+    _, m, _ = _shift(a, axis, _full_shape(a, b))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.sum(b * np.exp(a - m), axis=axis, keepdims=keepdims)), m
+
+
+def _lse(a, axis=None, b=None, keepdims=False):
+    """log Σ b·exp(a) over ``axis``."""
+    shifted, m = _lse_parts(a, axis, b, keepdims)
+    return shifted + (m if keepdims else np.reshape(m, shape_of(shifted)))
+
+
+def _full_shape(a, b):
+    return shape_of(a) if b is None else np.broadcast_shapes(shape_of(a), shape_of(b))
+
+
+@primitive
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """``log(sum(b * exp(a), axis))`` computed stably; scipy.special.logsumexp's signature.
+
+    Differentiable in ``a`` and in the weights ``b``. ``return_sign=True`` (the log of
+    ``|Σ b·exp(a)|`` and the sign of the sum) works on plain arrays only: it has no rule.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> float(mp.special.logsumexp(np.log([1.0, 2.0, 3.0])))
+        1.791759469228055
+        >>> mp.grad(lambda x: mp.special.logsumexp(x))(np.log([1.0, 3.0]))
+        array([0.25, 0.75])
+    """
+    if return_sign:
+        return _lse_signed(a, axis, b, keepdims)
+    return _lse(a, axis, b, keepdims)
+
+
+def _lse_signed(a, axis, b, keepdims):
+    """(log|Σ b·exp(a)|, sign of the sum): plain arrays only, as it has no derivative rule."""
+    _, m, _ = _shift(a, axis, None if b is None else _full_shape(a, b))
+    s = np.sum(np.exp(a - m) if b is None else b * np.exp(a - m), axis=axis, keepdims=keepdims)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.abs(s)) + (m if keepdims else np.reshape(m, np.shape(s)))
+    return out, np.sign(s)
+
+
+def _no_sign(return_sign):
+    if return_sign:
+        raise MissingRuleError(
+            "mooncake_py.special.logsumexp(..., return_sign=True) has no reverse rule: the sign "
+            "output is piecewise constant and log|Σ b·exp(a)| is not differentiable where the "
+            "sum changes sign. Use return_sign=False (the weighted sum must be positive), or "
+            "write np.log(np.abs(np.sum(b * np.exp(a - c), axis))) + c with a constant shift c.")
+
+
+@rrule(logsumexp, needs=True)
+def _logsumexp(needs, a, axis=None, b=None, keepdims=False, return_sign=False):
+    _no_sign(return_sign)
+    shifted, m = _lse_parts(a, axis, b, keepdims)
+    y = shifted + (m if keepdims else np.reshape(m, shape_of(shifted)))
+
+    def pullback(g):
+        shape = _full_shape(a, b)
+        gk = expand_reduced(g, shape, axis, keepdims)
+        # exp(a - y): the weights b·exp(a - y) sum to one along axis.
+        e = np.exp((a - m) - expand_reduced(shifted, shape, axis, keepdims))
+        ga = gb = None
+        if needs[0]:
+            ga = unbroadcast(gk * (e if b is None else b * e), shape_of(a))
+        if len(needs) > 2 and needs[2]:
+            gb = unbroadcast(np.broadcast_to(gk * e, shape), shape_of(b))
+        return (ga, None, gb, None, None)[:len(needs)]
+    return y, pullback
+
+
+def _softmax(x, axis):
+    _, m, _ = _shift(x, axis)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+@primitive
+def softmax(x, axis=None):
+    """``exp(x) / sum(exp(x), axis)`` computed stably; scipy.special.softmax's signature.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.special.softmax(np.log([1.0, 3.0]))
+        array([0.25, 0.75])
+    """
+    return _softmax(x, axis)
+
+
+@rrule(softmax, needs=True)
+def _softmax_rule(needs, x, axis=None):
+    s = _softmax(x, axis)
+    return s, lambda g: (s * (g - np.sum(g * s, axis=axis, keepdims=True)), None)[:len(needs)]
+
+
+def _log_softmax(x, axis):
+    return x - _lse(x, axis, None, True)
+
+
+@primitive
+def log_softmax(x, axis=None):
+    """``x - logsumexp(x, axis, keepdims=True)``; scipy.special.log_softmax's signature.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> np.exp(mp.special.log_softmax(np.log([1.0, 3.0])))
+        array([0.25, 0.75])
+    """
+    return _log_softmax(x, axis)
+
+
+@rrule(log_softmax, needs=True)
+def _log_softmax_rule(needs, x, axis=None):
+    y = _log_softmax(x, axis)
+    return y, lambda g: (g - np.exp(y) * np.sum(g, axis=axis, keepdims=True), None)[:len(needs)]

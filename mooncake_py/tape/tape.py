@@ -359,8 +359,9 @@ def _kwargs_to_positional(fn, args, kwargs):
         if i <= last:
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise MissingRuleError(
-                    f"{fn_name(fn)}: a tracked value was passed as keyword-only argument "
-                    f"{p.name!r}, which its rule cannot receive; pass it positionally.")
+                    f"{fn_name(fn)}: a tracked value was passed as the keyword-only argument "
+                    f"{p.name!r}, which has no derivative rule; pass a constant there "
+                    "(mp.stop_gradient(value)) or restructure the computation.")
             pos.append(bound.arguments.get(p.name, p.default))
         elif p.name in bound.arguments:
             if p.kind == p.VAR_KEYWORD:
