@@ -17,3 +17,8 @@ __version__ = "0.1.0"
 from . import special, linalg  # noqa: E402  (public namespaces of wrapped scipy functions)
 from .caches import (prepare_gradient_cache, value_and_gradient,  # noqa: E402
                      prepare_pullback_cache, value_and_pullback)
+from .dual import DualArray, dual, primal, tangent  # noqa: E402
+from .forward_api import (jvp, jacobian, prepare_derivative_cache,  # noqa: E402
+                          value_and_derivative)
+from .second_order import (hvp, hessian, prepare_hvp_cache, value_and_hvp,  # noqa: E402
+                           prepare_hessian_cache, value_gradient_and_hessian)

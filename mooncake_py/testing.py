@@ -134,30 +134,203 @@ def _assert_same_output(fn, y, y_plain):
             raise AssertionError(f"test_rule({_describe(fn)}): output values differ from NumPy's.")
 
 
-def test_rule(fn, *args, rtol=None, atol=None, ndirs=3, seed=0, noncontiguous=True, **kwargs):
+MODES = ("reverse", "forward", "forward_over_reverse")
+
+
+def test_rule(fn, *args, rtol=None, atol=None, ndirs=3, seed=0, noncontiguous=True,
+              modes=("reverse",), **kwargs):
     """Check ``fn``'s rules on ``args`` (with ``kwargs`` passed through to ``fn``).
 
     Checks that the primal output equals plain NumPy's (values, shape, dtype), that inputs are
-    not mutated, and that the reverse rule agrees with central finite differences:
-    ``<ȳ, J·ẋ>`` (finite differences over several step sizes) equals ``<Jᵀ·ȳ, ẋ>`` (pullback) on
-    random ``ȳ`` and random unit ``ẋ``. With ``noncontiguous=True`` every array argument is
-    also checked as a strided (non-contiguous) copy. Raises AssertionError on a failure.
-    Use float64 inputs: float32 gets loose tolerances.
+    not mutated, and, per mode in ``modes``:
+
+    - ``"reverse"``: the rrule agrees with central finite differences: ``<ȳ, J·ẋ>`` (finite
+      differences over several step sizes) equals ``<Jᵀ·ȳ, ẋ>`` (pullback) on random ``ȳ`` and
+      random unit ``ẋ``;
+    - ``"forward"``: the frule's ``J·ẋ`` agrees with central finite differences on random
+      directions, with one direction and with k = 3 lanes at once, and (if ``"reverse"`` is also
+      checked) is consistent with the pullback: ``<ȳ, J·ẋ> = <Jᵀ·ȳ, ẋ>``;
+    - ``"forward_over_reverse"``: the pullback run on dual numbers (what ``hvp`` does) gives the
+      directional derivative of ``Jᵀ·ȳ`` that finite differences of the pullback give. This
+      catches pullbacks not written with differentiable ``np.`` calls.
+
+    With ``noncontiguous=True`` every array argument is also checked as a strided
+    (non-contiguous) copy. Raises AssertionError on a failure. Use float64 inputs: float32 gets
+    loose tolerances.
 
     Example:
         >>> import numpy as np
         >>> from mooncake_py.testing import test_rule
         >>> test_rule(np.multiply, np.ones((2, 3)), np.arange(3.0))   # broadcasting included
+        >>> test_rule(np.tanh, np.linspace(-1, 1, 4), modes=("reverse", "forward"))
     """
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"test_rule: unknown mode {m!r}; choose from {MODES}.")
     rng = np.random.default_rng(seed)
-    _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng)
+    variants = [args]
     if noncontiguous and any(isinstance(a, np.ndarray) and a.ndim for a in flatten(args)[0]):
         leaves, tree = flatten(args)
-        _check_rrule(fn, tree.unflatten([_strided(a) for a in leaves]), kwargs, rtol, atol,
-                     ndirs, rng)
+        variants.append(tree.unflatten([_strided(a) for a in leaves]))
+    for a in variants:
+        if "reverse" in modes:
+            _check_rrule(fn, a, kwargs, rtol, atol, ndirs, rng)
+        if "forward" in modes:
+            _check_frule(fn, a, kwargs, rtol, atol, rng, consistency="reverse" in modes)
+        if "forward_over_reverse" in modes:
+            _check_forward_over_reverse(fn, a, kwargs, rtol, atol, rng)
 
 
 test_rule.__test__ = False  # not a pytest test despite its name
+
+
+def _random_like(x, lanes, rng):
+    """A random direction for float leaf ``x`` (unit norm per lane), in ``x``'s dtype."""
+    shape = tuple(np.shape(x))
+    dt = getattr(x, "dtype", np.dtype(np.float64))
+    d = rng.standard_normal(((lanes,) if lanes else ()) + shape)
+    norm = np.sqrt(np.sum(d * d, axis=tuple(range(1 if lanes else 0, d.ndim)), keepdims=True))
+    return (d / np.where(norm == 0, 1.0, norm)).astype(dt)
+
+
+def _flat_floats(tree_obj):
+    """The float leaves of an output, concatenated into one float64 vector."""
+    return np.concatenate([np.ravel(np.asarray(o, dtype=np.float64))
+                           for o in flatten(tree_obj)[0] if is_float_leaf(o)] or [np.zeros(0)])
+
+
+def _fd_vector(phi, analytic, rtol, atol):
+    """Central differences of a vector function over several steps; the estimate closest to
+    ``analytic`` and whether it is within tolerance (norm-wise)."""
+    best = None
+    for h in _STEPS:
+        est = (phi(h) - phi(-h)) / (2 * h)
+        err = float(np.linalg.norm(est - analytic))
+        if best is None or err < best[1]:
+            best = (est, err)
+    est, err = best
+    scale = max(float(np.linalg.norm(est)), float(np.linalg.norm(analytic)))
+    return est, err, err <= atol * np.sqrt(max(est.size, 1)) + rtol * scale
+
+
+def _lane(t, l, lanes):
+    return t if not lanes or t is None else t[l]
+
+
+def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
+    from .forward_api import jvp
+    f = (lambda *a: fn(*a, **kwargs))
+    leaves, tree = flatten(args)
+    pos = _float_positions(leaves)
+    if not pos:
+        raise AssertionError(f"test_rule({_describe(fn)}): no floating-point argument to check.")
+    rtol, atol = _tolerances([leaves[i] for i in pos], rtol, atol)
+    before = copy.deepcopy(args)
+    y_plain = f(*args)
+    ybar = None
+    if consistency:
+        y0, pullback = vjp(f, *args)
+        outs0, otree = flatten(y0)
+        ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
+                if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs0]
+        if np.ndim(y0) == 0 and not isinstance(y0, (tuple, list, dict)):
+            ybar = [np.asarray(ybar[0]).astype(getattr(outs0[0], "dtype", np.float64))[()]]
+        cot_by_leaf = _cotangents_by_leaf(args, pullback(otree.unflatten(ybar)))
+    for lanes in (0, 3):
+        dirs = {i: _random_like(leaves[i], lanes, rng) for i in pos}
+        tangents = tree.unflatten([dirs.get(i) for i in range(len(leaves))])
+        y, ydot = jvp(f, args, tangents, lanes=bool(lanes))
+        _assert_same_output(fn, y, y_plain)
+        for a, b in zip(flatten(args)[0], flatten(before)[0]):
+            if isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True):
+                raise AssertionError(f"test_rule({_describe(fn)}): the frule mutated an input.")
+        outs = flatten(y)[0]
+        douts = flatten(ydot)[0] if flatten(ydot)[1] == flatten(y)[1] else None
+        if douts is None:
+            raise AssertionError(f"test_rule({_describe(fn)}): the tangent's structure differs "
+                                 "from the output's.")
+        for o, d in zip(outs, douts):
+            if not is_float_leaf(o):
+                continue
+            want = ((lanes,) if lanes else ()) + tuple(np.shape(o))
+            if tuple(np.shape(d)) != want or getattr(d, "dtype", None) != getattr(o, "dtype", None):
+                raise AssertionError(
+                    f"test_rule({_describe(fn)}): the frule's tangent has shape "
+                    f"{tuple(np.shape(d))} and dtype {getattr(d, 'dtype', None)}; expected {want} "
+                    f"and the output's dtype {getattr(o, 'dtype', None)}.")
+        for l in range(lanes or 1):
+            dl = [_lane(dirs[i], l, lanes) for i in pos]
+            analytic = np.concatenate([np.ravel(np.asarray(_lane(d, l, lanes), dtype=np.float64))
+                                       for o, d in zip(outs, douts) if is_float_leaf(o)]
+                                      or [np.zeros(0)])
+
+            def phi(h):
+                return _flat_floats(f(*_perturbed(tree, leaves, pos, dl, h)))
+            est, err, ok = _fd_vector(phi, analytic, rtol, atol)
+            if not ok:
+                raise AssertionError(
+                    f"test_rule({_describe(fn)}): forward rule disagrees with finite differences"
+                    f"{f' (lane {l} of {lanes})' if lanes else ''}: |J·ẋ (frule) - finite "
+                    f"differences| = {err:.3g}, |finite differences| = "
+                    f"{np.linalg.norm(est):.3g} (rtol={rtol}, atol={atol}).")
+            if consistency:
+                fwd = sum(_inner(b, _lane(d, l, lanes)) for b, o, d in zip(ybar, outs, douts)
+                          if is_float_leaf(o))
+                rev = sum(_inner(cot_by_leaf[i], d) for i, d in zip(pos, dl)
+                          if cot_by_leaf[i] is not None)
+                scale = (sum(float(np.sum(np.abs(np.asarray(b, dtype=np.float64) *
+                                                 np.asarray(_lane(d, l, lanes), dtype=np.float64))))
+                             for b, o, d in zip(ybar, outs, douts) if is_float_leaf(o)) + 1e-300)
+                tol = 1e-4 if rtol > 1e-4 else 1e-9
+                if abs(fwd - rev) > tol * scale + atol:
+                    raise AssertionError(
+                        f"test_rule({_describe(fn)}): forward and reverse rules are inconsistent: "
+                        f"<ȳ, J·ẋ> from the frule = {fwd!r}, <Jᵀ·ȳ, ẋ> from the rrule = {rev!r}.")
+
+
+def _check_forward_over_reverse(fn, args, kwargs, rtol, atol, rng):
+    from .dual import DualArray, Tag
+    f = (lambda *a: fn(*a, **kwargs))
+    leaves, tree = flatten(args)
+    pos = _float_positions(leaves)
+    rtol, atol = _tolerances([leaves[i] for i in pos], rtol, atol)
+    y0 = f(*args)
+    outs0, otree = flatten(y0)
+    ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
+            if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs0]
+    if np.ndim(y0) == 0 and not isinstance(y0, (tuple, list, dict)):
+        ybar = [np.asarray(ybar[0]).astype(getattr(outs0[0], "dtype", np.float64))[()]]
+    seed = otree.unflatten(ybar)
+    dirs = [_random_like(leaves[i], 0, rng) for i in pos]
+
+    def cotangents(vals):
+        _, pb = vjp(f, *vals)
+        cots = _cotangents_by_leaf(vals, pb(seed))
+        return [cots[i] for i in pos]
+
+    tag = Tag(0)
+    dual_leaves = list(leaves)
+    for i, d in zip(pos, dirs):
+        x = np.float64(leaves[i]) if type(leaves[i]) is float else leaves[i]
+        dual_leaves[i] = DualArray(x, d, tag)
+    got = cotangents(tree.unflatten(dual_leaves))
+    analytic = np.concatenate([
+        np.ravel(np.asarray(c._tangent if type(c) is DualArray and c._tag is tag
+                            else np.zeros(np.shape(leaves[i])), dtype=np.float64))
+        for i, c in zip(pos, got)])
+
+    def phi(h):
+        cs = cotangents(_perturbed(tree, leaves, pos, dirs, h))
+        return np.concatenate([np.ravel(np.asarray(0.0 if c is None else c, dtype=np.float64)
+                                        * np.ones(np.shape(leaves[i])))
+                               for i, c in zip(pos, cs)])
+    est, err, ok = _fd_vector(phi, analytic, rtol, atol)
+    if not ok:
+        raise AssertionError(
+            f"test_rule({_describe(fn)}): the pullback run on dual numbers (forward-over-reverse, "
+            f"as hvp does) disagrees with finite differences of the pullback: error {err:.3g}, "
+            f"|finite differences| = {np.linalg.norm(est):.3g} (rtol={rtol}, atol={atol}).")
 
 
 def check_grads(f, *args, rtol=None, atol=None, ndirs=3, seed=0):

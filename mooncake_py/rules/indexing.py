@@ -1,19 +1,24 @@
-"""Reverse rules for indexing: ``x[key]`` with ints, slices, ellipsis, newaxis, integer arrays
-and boolean masks; np.take, np.take_along_axis, and np.sort (a gather by the sorting permutation).
+"""Reverse and forward rules for indexing: ``x[key]`` with ints, slices, ellipsis, newaxis,
+integer arrays and boolean masks; np.take, np.take_along_axis, and np.sort (a gather by the
+sorting permutation).
 
 A gather's cotangent is :class:`~.cotangents.IndexedCotangent`: ``g`` together with the index it
 came from, kept sparse so that the reverse sweep adds it in place into the input's buffer (a loop
 reading ``x[i]`` n times then costs O(n), not O(n²)).
+
+Every function here is linear in its array argument, so its frule applies the same gather to
+the tangent; the frules are lane-aware (the lane axis is kept first).
 """
 import operator
 
 import numpy as np
 
 from ..errors import MutationError
-from .registry import rrule
+from .registry import rrule, frule
 from .broadcasting import shape_of
 from .cotangents import IndexedCotangent
-from .shape import linear_in_first
+from .lanes import lane_getitem
+from .shape import linear_in_first, linear_frule, _flat
 
 _BASIC = (int, np.integer, slice)
 
@@ -53,6 +58,18 @@ def _getitem(x, key):
     return y, lambda g: (IndexedCotangent(shape, key, g, False), None)
 
 
+@frule(operator.getitem, lanes=True)
+def _getitem_f(primals, tangents):
+    (x, key), dx = primals, tangents[0]
+    y = x[key]
+    if dx is None:
+        return y, None
+    if type(key) is int or type(key) is slice:  # the scalar-loop case, kept short
+        return y, dx[:, key]
+    # Advanced indices may move their axes to the front: lane_getitem keeps the lane axis first.
+    return y, lane_getitem(dx, key, len(shape_of(x)))
+
+
 def _in_range(indices, n, mode):
     """``indices`` as the non-negative positions they address along an axis of length ``n``."""
     idx = np.asarray(indices)
@@ -84,6 +101,16 @@ def _take(a, indices, axis=None, out=None, mode="raise"):
     return y, lambda g: IndexedCotangent(shape, key, g, basic)
 
 
+@linear_frule(np.take)
+def _take_f(dx, y, a, indices, axis=None, out=None, mode="raise"):
+    if out is not None:
+        raise MutationError("np.take(..., out=...) writes into an existing array, which forward "
+                            "mode cannot represent; drop out= and use the returned value.")
+    if axis is None:  # indices address the flattened array
+        return np.take(_flat(dx), indices, axis=1, mode=mode)
+    return np.take(dx, indices, axis=int(axis) % len(shape_of(a)) + 1, mode=mode)
+
+
 @linear_in_first(np.take_along_axis)
 def _take_along_axis(arr, indices, axis=-1):
     y = np.take_along_axis(arr, indices, axis)
@@ -103,6 +130,20 @@ def _take_along_axis(arr, indices, axis=-1):
     return y, lambda g: IndexedCotangent(shape, key, g, False)
 
 
+def _lane_take_along(dx, a, indices, axis):
+    """``np.take_along_axis(x, indices, axis)`` for every lane of the lane-first tangent ``dx``
+    of ``a``: the indices get a lane axis of length one, which broadcasts."""
+    idx = np.expand_dims(np.asarray(indices), 0)
+    if axis is None:  # indices address the flattened array
+        return np.take_along_axis(_flat(dx), idx, axis=1)
+    return np.take_along_axis(dx, idx, axis=int(axis) % len(shape_of(a)) + 1)
+
+
+@linear_frule(np.take_along_axis)
+def _take_along_axis_f(dx, y, arr, indices, axis=-1):
+    return _lane_take_along(dx, arr, indices, axis)
+
+
 @linear_in_first(np.sort)
 def _sort(a, axis=-1, kind=None, order=None, **kw):
     y = np.sort(a, axis, kind, order, **kw)
@@ -116,3 +157,9 @@ def _sort(a, axis=-1, kind=None, order=None, **kw):
         gx = np.take_along_axis(g, np.argsort(perm, axis=ax), axis=ax)
         return np.reshape(gx, shape) if axis is None else gx
     return y, pullback
+
+
+@linear_frule(np.sort)
+def _sort_f(dx, y, a, axis=-1, kind=None, order=None, **kw):
+    # The same permutation as the pullback's, so that forward and reverse agree even on ties.
+    return _lane_take_along(dx, a, np.argsort(a, axis=axis, kind="stable"), axis)

@@ -85,14 +85,50 @@ def defvjp(fn, *vjps):
     return fn
 
 
-def frule(fn):
+FRULE_LANES = set()  # functions whose frule is lane-aware (registered with lanes=True)
+
+
+def frule(fn, lanes=False):
     """Register a forward-mode rule for ``fn``: ``rule(primals, tangents, **kwargs) -> (out, ẏ)``.
 
-    ``tangents[i]`` is ``None`` where argument ``i`` carries no tangent (treat it as zero and do
-    not materialise it).
+    ``primals`` holds the call's positional arguments with this transformation's dual values
+    unwrapped (a list/tuple argument stays a list/tuple); ``tangents`` holds one entry per
+    positional argument: the tangent, ``None`` where the argument carries none (treat it as zero
+    and do not materialise it), or a tuple aligned with a list/tuple argument. Return the output
+    and its tangent (``None`` if it carries none; a tuple of them for a multi-output function).
+    Write ẏ with ``np.`` calls, as pullbacks are written, so that rules compose.
+
+    Lanes (several directions at once): a dual value may carry k tangents, stacked on a leading
+    axis of length k. ``@frule(fn)`` rules are written for one direction; with lanes the forward
+    layer calls them once per lane (correct, k times the primal work). ``@frule(fn, lanes=True)``
+    rules are called once and receive every tangent with a leading lane axis, always (k = 1 for a
+    single direction: the layer adds and removes the axis); they return ẏ with the lane axis
+    first. :mod:`mooncake_py.rules.lanes` has the helpers that make this easy (axis shifting,
+    aligning ranks for broadcasting, indexing, matmul).
+
+    Example (both forms for a cube):
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def cube(x):
+        ...     return x ** 3
+        >>> @mp.frule(cube)
+        ... def _(primals, tangents):
+        ...     (x,), (dx,) = primals, tangents
+        ...     return cube(x), 3 * x ** 2 * dx
+        >>> @mp.frule(cube, lanes=True)             # dx has shape (k,) + x.shape
+        ... def _(primals, tangents):
+        ...     (x,), (dx,) = primals, tangents
+        ...     return cube(x), 3 * x ** 2 * dx       # x broadcasts against the lane axis
+
+    A reduction shifts its axes past the lane axis:
+        ``return np.sum(x, axis), np.sum(dx, axis=lanes.shift_axis(axis, np.ndim(x)))``.
     """
     def register(rule):
         FRULES[fn] = rule
+        if lanes:
+            FRULE_LANES.add(fn)
+        else:
+            FRULE_LANES.discard(fn)
         return rule
     return register
 

@@ -1,19 +1,22 @@
-"""Reverse rules for shape manipulation: reshape, transpose, joining, splitting, tiling, flips,
-diagonals, triangles, padding and the ``*_like`` constructors.
+"""Reverse and forward rules for shape manipulation: reshape, transpose, joining, splitting,
+tiling, flips, diagonals, triangles, padding and the ``*_like`` constructors.
 
 Every function here is linear in its array argument, so each pullback is the adjoint map: the
-inverse reshape/permutation, a slice, a sum over copies, or a scatter of ``g`` back into place.
-The pullbacks only use ``np.`` calls (and :func:`~.cotangents.scatter_add`), so they also run
-on dual numbers for second order.
+inverse reshape/permutation, a slice, a sum over copies, or a scatter of ``g`` back into place,
+and each frule applies the function itself to the tangent. The frules are lane-aware: the
+tangent's leading lane axis is carried through by shifting axis arguments by one (or by
+reshaping to ``(k,) + out.shape``). Pullbacks and frules only use ``np.`` calls (and
+:func:`~.cotangents.scatter_add`), so they also run on dual numbers for second order.
 """
 import math
 
 import numpy as np
 
 from ..errors import MissingRuleError, MutationError
-from .registry import RRULES, primitive, rrule, zero_derivative, fn_name
+from .registry import RRULES, primitive, rrule, frule, zero_derivative, fn_name
 from .broadcasting import shape_of, unbroadcast
 from .cotangents import scatter_add
+from .lanes import align, nlanes, shift_axis
 
 
 def linear_in_first(fn):
@@ -44,6 +47,64 @@ def linear_in_first(fn):
         RRULES[fn] = full
         return rule
     return register
+
+
+def linear_frule(fn):
+    """Register a lane-aware frule for ``fn``, linear in its first positional argument only.
+
+    The decorated ``rule(dx, y, *args, **kwargs)`` gets the lane-first tangent ``dx`` of the
+    first argument, the output ``y = fn(*args, **kwargs)`` and the call's arguments, and returns
+    ẏ with the lane axis first. No tangent in, no tangent out.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def double(x, unused):
+        ...     return 2 * x
+        >>> @linear_frule(double)
+        ... def _(dx, y, x, unused):
+        ...     return 2 * dx
+        >>> from mooncake_py.dual import dual, tangent
+        >>> float(tangent(double(dual(1.0, 1.0), 0)))
+        2.0
+    """
+    def register(tmap):
+        @frule(fn, lanes=True)
+        def rule(primals, tangents, **kw):
+            y = fn(*primals, **kw)
+            dx = tangents[0]
+            return y, (None if dx is None else tmap(dx, y, *primals, **kw))
+        rule.__name__ = rule.__qualname__ = f"frule({fn_name(fn)})"
+        rule.__module__ = tmap.__module__
+        return tmap
+    return register
+
+
+def _as_out(t, y):
+    """Lane-first tangent ``t`` reshaped to ``(k,) + y.shape`` (for ops that only add or drop
+    axes of length one, or read elements in C order)."""
+    return np.reshape(t, (nlanes(t),) + tuple(shape_of(y)))
+
+
+def _flat(t):
+    """Lane-first tangent ``t`` with each lane flattened (C order): shape ``(k, size)``."""
+    s = shape_of(t)
+    return np.reshape(t, (s[0], math.prod(s[1:])))
+
+
+def _seq_tangents(arrays, ts):
+    """Lane-first tangents of every element of a sequence argument (zeros for elements without
+    one), or None if none has one. A sequence given as one array is iterated along its axis 0."""
+    if ts is None:
+        return None
+    if type(ts) is not tuple:
+        return [ts[:, i] for i in range(shape_of(ts)[1])]
+    live = next((t for t in ts if t is not None), None)
+    if live is None:
+        return None
+    k = nlanes(live)
+    return [np.zeros_like(live, shape=(k,) + tuple(shape_of(a))) if t is None else t
+            for a, t in zip(arrays, ts)]
 
 
 def _ax(axis, ndim):
@@ -115,16 +176,30 @@ def _copy(a, *args, **kw):
     return np.copy(a, *args, **kw), lambda g: g
 
 
+@linear_frule(np.copy)
+def _copy_f(dx, y, a, *args, **kw):
+    return np.copy(dx)
+
+
 # Real inputs only (complex numbers are not supported): the real part and conjugate are x itself.
 @linear_in_first(np.real)
 def _real(val):
     return np.real(val), lambda g: g
 
 
+@linear_frule(np.real)
+def _real_f(dx, y, val):
+    return np.real(dx)
+
+
 if np.conjugate not in RRULES:
     @linear_in_first(np.conjugate)
     def _conjugate(x, **kw):
         return np.conjugate(x, **kw), lambda g: g
+
+    @linear_frule(np.conjugate)
+    def _conjugate_f(dx, y, x, **kw):
+        return np.conjugate(dx)
 
 
 # --- reshaping ------------------------------------------------------------------------------------
@@ -153,6 +228,13 @@ def _reshape(a, shape=None, order="C", **kw):
     return np.reshape(a, shape, order=order, **kw), lambda g: np.reshape(g, shp, order=back)
 
 
+@linear_frule(np.reshape)
+def _reshape_f(dx, y, a, shape=None, order="C", **kw):
+    # With the lane axis first, C order keeps each lane's C order, and F order (lane axis
+    # fastest) each lane's F order; 'A' is decided by the primal's layout.
+    return np.reshape(dx, (nlanes(dx),) + tuple(shape_of(y)), order=_ravel_order(a, order))
+
+
 @linear_in_first(np.ravel)
 def _ravel(a, order="C"):
     shape = shape_of(a)
@@ -163,10 +245,23 @@ def _ravel(a, order="C"):
     return np.ravel(a, order), lambda g: np.reshape(np.take(g, inverse), shape)
 
 
+@linear_frule(np.ravel)
+def _ravel_f(dx, y, a, order="C"):
+    read = _ravel_order(a, order)
+    if isinstance(read, str):
+        return np.reshape(dx, (nlanes(dx),) + tuple(shape_of(y)), order=read)
+    return np.take(_flat(dx), read, axis=1)
+
+
 @linear_in_first(np.squeeze)
 def _squeeze(a, axis=None):
     shape = shape_of(a)
     return np.squeeze(a, axis), lambda g: np.reshape(g, shape)
+
+
+@linear_frule(np.squeeze)
+def _squeeze_f(dx, y, a, axis=None):
+    return _as_out(dx, y)
 
 
 @linear_in_first(np.expand_dims)
@@ -175,10 +270,25 @@ def _expand_dims(a, axis):
     return np.expand_dims(a, axis), lambda g: np.reshape(g, shape)
 
 
+@linear_frule(np.expand_dims)
+def _expand_dims_f(dx, y, a, axis):
+    return _as_out(dx, y)
+
+
 @linear_in_first(np.broadcast_to)
 def _broadcast_to(array, shape, subok=False):
     src = shape_of(array)
     return np.broadcast_to(array, shape, subok=subok), lambda g: unbroadcast(g, src)
+
+
+def _broadcast_tangent(t, y):
+    s = tuple(shape_of(y))
+    return np.broadcast_to(align(t, len(s)), (nlanes(t),) + s)
+
+
+@linear_frule(np.broadcast_to)
+def _broadcast_to_f(dx, y, array, shape, subok=False):
+    return _broadcast_tangent(dx, y)
 
 
 @rrule(np.broadcast_arrays)
@@ -186,6 +296,13 @@ def _broadcast_arrays(*args, **kw):
     outs = np.broadcast_arrays(*args, **kw)
     shapes = [shape_of(a) for a in args]
     return outs, lambda gs: tuple(unbroadcast(g, s) for g, s in zip(gs, shapes))
+
+
+@frule(np.broadcast_arrays, lanes=True)
+def _broadcast_arrays_f(primals, tangents, **kw):
+    outs = np.broadcast_arrays(*primals, **kw)
+    return outs, tuple(None if t is None else _broadcast_tangent(t, y)
+                       for t, y in zip(tangents, outs))
 
 
 def _atleast_rule(fn):
@@ -196,6 +313,13 @@ def _atleast_rule(fn):
         if len(arys) == 1:
             return out, lambda g: (np.reshape(g, shapes[0]),)
         return out, lambda gs: tuple(np.reshape(g, s) for g, s in zip(gs, shapes))
+
+    @frule(fn, lanes=True)
+    def forward(primals, tangents):
+        out = fn(*primals)
+        if len(primals) == 1:
+            return out, None if tangents[0] is None else _as_out(tangents[0], out)
+        return out, tuple(None if t is None else _as_out(t, y) for t, y in zip(tangents, out))
     return rule
 
 
@@ -214,9 +338,22 @@ def _transpose(a, axes=None):
     return out, lambda g: np.transpose(g, inverse)
 
 
+@linear_frule(np.transpose)
+def _transpose_f(dx, y, a, axes=None):
+    nd = len(shape_of(a))
+    perm = range(nd - 1, -1, -1) if axes is None else [_ax(i, nd) for i in axes]
+    return np.transpose(dx, (0,) + tuple(i + 1 for i in perm))
+
+
 @linear_in_first(np.swapaxes)
 def _swapaxes(a, axis1, axis2):
     return np.swapaxes(a, axis1, axis2), lambda g: np.swapaxes(g, axis1, axis2)
+
+
+@linear_frule(np.swapaxes)
+def _swapaxes_f(dx, y, a, axis1, axis2):
+    nd = len(shape_of(a))
+    return np.swapaxes(dx, shift_axis(axis1, nd), shift_axis(axis2, nd))
 
 
 @linear_in_first(np.moveaxis)
@@ -224,9 +361,20 @@ def _moveaxis(a, source, destination):
     return np.moveaxis(a, source, destination), lambda g: np.moveaxis(g, destination, source)
 
 
+@linear_frule(np.moveaxis)
+def _moveaxis_f(dx, y, a, source, destination):
+    nd = len(shape_of(a))
+    return np.moveaxis(dx, shift_axis(source, nd), shift_axis(destination, nd))
+
+
 @linear_in_first(np.flip)
 def _flip(m, axis=None):
     return np.flip(m, axis), lambda g: np.flip(g, axis)
+
+
+@linear_frule(np.flip)
+def _flip_f(dx, y, m, axis=None):
+    return np.flip(dx, shift_axis(axis, len(shape_of(m))))
 
 
 @linear_in_first(np.fliplr)
@@ -234,9 +382,19 @@ def _fliplr(m):
     return np.fliplr(m), np.fliplr
 
 
+@linear_frule(np.fliplr)
+def _fliplr_f(dx, y, m):
+    return np.flip(dx, 2)
+
+
 @linear_in_first(np.flipud)
 def _flipud(m):
     return np.flipud(m), np.flipud
+
+
+@linear_frule(np.flipud)
+def _flipud_f(dx, y, m):
+    return np.flip(dx, 1)
 
 
 @linear_in_first(np.rot90)
@@ -244,10 +402,22 @@ def _rot90(m, k=1, axes=(0, 1)):
     return np.rot90(m, k, axes), lambda g: np.rot90(g, -k, axes)
 
 
+@linear_frule(np.rot90)
+def _rot90_f(dx, y, m, k=1, axes=(0, 1)):
+    return np.rot90(dx, k, shift_axis(tuple(axes), len(shape_of(m))))
+
+
 @linear_in_first(np.roll)
 def _roll(a, shift, axis=None):
     back = -shift if np.ndim(shift) == 0 else tuple(-s for s in shift)
     return np.roll(a, shift, axis), lambda g: np.roll(g, back, axis)
+
+
+@linear_frule(np.roll)
+def _roll_f(dx, y, a, shift, axis=None):
+    if axis is None:  # np.roll rolls the flattened array
+        return _as_out(np.roll(_flat(dx), shift, 1), y)
+    return np.roll(dx, shift, shift_axis(axis, len(shape_of(a))))
 
 
 # --- joining -------------------------------------------------------------------------------------
@@ -265,12 +435,38 @@ def _concatenate(arrays, axis=0, out=None, **kw):
     return y, lambda g: _as_input_structure(arrays, _split_along(g, sizes, ax))
 
 
+@frule(np.concatenate, lanes=True)
+def _concatenate_f(primals, tangents, **kw):
+    arrays, *rest = primals
+    _no_out(np.concatenate, rest[1] if len(rest) > 1 else None)
+    y = np.concatenate(arrays, *rest, **kw)
+    ts = _seq_tangents(arrays, tangents[0])
+    if ts is None:
+        return y, None
+    axis = rest[0] if rest else kw.get("axis", 0)
+    if axis is None:
+        return y, np.concatenate([_flat(t) for t in ts], axis=1)
+    return y, np.concatenate(ts, axis=_ax(axis, len(shape_of(y))) + 1)
+
+
 @linear_in_first(np.stack)
 def _stack(arrays, axis=0, out=None, **kw):
     _no_out(np.stack, out)
     y = np.stack(arrays, axis, **kw)
     ax, n = _ax(axis, len(shape_of(y))), len(arrays)
     return y, lambda g: _as_input_structure(arrays, [g[_along(ax, i)] for i in range(n)])
+
+
+@frule(np.stack, lanes=True)
+def _stack_f(primals, tangents, **kw):
+    arrays, *rest = primals
+    _no_out(np.stack, rest[1] if len(rest) > 1 else None)
+    y = np.stack(arrays, *rest, **kw)
+    ts = _seq_tangents(arrays, tangents[0])
+    if ts is None:
+        return y, None
+    axis = rest[0] if rest else kw.get("axis", 0)
+    return y, np.stack(ts, axis=_ax(axis, len(shape_of(y))) + 1)
 
 
 def _at_least(nd):
@@ -300,6 +496,19 @@ def _joining_rule(fn, promote, axis_of):
         sizes = [s[ax] for s in promoted]
         return y, lambda g: _as_input_structure(tup, [
             np.reshape(p, s) for p, s in zip(_split_along(g, sizes, ax), shapes)])
+
+    @frule(fn, lanes=True)
+    def forward(primals, tangents, **kw):
+        tup = primals[0]
+        y = fn(tup, **kw)
+        ts = _seq_tangents(tup, tangents[0])
+        if ts is None:
+            return y, None
+        if type(tangents[0]) is not tuple:  # one array iterated along axis 0: shapes of rows
+            tup = [tup[0]] * len(ts)
+        promoted = [promote(tuple(shape_of(a))) for a in tup]
+        ts = [np.reshape(t, (nlanes(t),) + s) for t, s in zip(ts, promoted)]
+        return y, np.concatenate(ts, axis=axis_of(promoted) + 1)
     return rule
 
 
@@ -321,6 +530,19 @@ def _append(arr, values, *more, **kw):
     ax = _ax(axis, len(sa))
     n = sa[ax]
     return y, lambda g: (g[_along(ax, slice(0, n))], g[_along(ax, slice(n, None))]) + rest
+
+
+@frule(np.append, lanes=True)
+def _append_f(primals, tangents, **kw):
+    arr, values, *more = primals
+    y = np.append(arr, values, *more, **kw)
+    ts = _seq_tangents((arr, values), tuple(tangents[:2]))
+    if ts is None:
+        return y, None
+    axis = more[0] if more else kw.get("axis")
+    if axis is None:
+        return y, np.concatenate([_flat(t) for t in ts], axis=1)
+    return y, np.concatenate(ts, axis=_ax(axis, len(shape_of(arr))) + 1)
 
 
 # --- splitting ------------------------------------------------------------------------------------
@@ -379,6 +601,13 @@ def _split_rule(fn, axis_of=None):
             axis = axis_of(len(shape))
         ax = _ax(axis, len(shape))
         return ys, _split_adjoint(shape, ax, _piece_bounds(shape[ax], indices_or_sections))
+
+    @linear_frule(fn)
+    def forward(dx, ys, ary, indices_or_sections, *args, **kw):
+        nd = len(shape_of(ary))
+        axis = (args[0] if args else kw.get("axis", 0)) if axis_of is None else axis_of(nd)
+        # The primal call has validated the sections; array_split cuts the tangent the same way.
+        return np.array_split(dx, indices_or_sections, axis=_ax(axis, nd) + 1)
     return rule
 
 
@@ -392,6 +621,10 @@ if hasattr(np, "unstack"):
     @linear_in_first(np.unstack)
     def _unstack(x, *, axis=0):
         return np.unstack(x, axis=axis), lambda gs: np.stack(gs, axis)
+
+    @linear_frule(np.unstack)
+    def _unstack_f(dx, ys, x, *, axis=0):
+        return np.unstack(dx, axis=_ax(axis, len(shape_of(x))) + 1)
 
 
 # --- copies: tile, repeat -------------------------------------------------------------------------
@@ -409,6 +642,16 @@ def _tile(A, reps):
                                                   shape)
 
 
+@linear_frule(np.tile)
+def _tile_f(dx, y, A, reps):
+    shape = tuple(shape_of(A))
+    reps = (int(reps),) if np.ndim(reps) == 0 else tuple(int(r) for r in reps)
+    d = max(len(shape), len(reps))
+    src = (1,) * (d - len(shape)) + shape
+    reps = (1,) * (d - len(reps)) + reps
+    return np.tile(np.reshape(dx, (nlanes(dx),) + src), (1,) + reps)
+
+
 @linear_in_first(np.repeat)
 def _repeat(a, repeats, axis=None):
     y = np.repeat(a, repeats, axis)
@@ -422,6 +665,13 @@ def _repeat(a, repeats, axis=None):
         return y, lambda g: np.reshape(np.sum(np.reshape(g, split), axis=ax + 1), shape)
     source = np.repeat(np.arange(src[ax]), reps)  # input position of each output position
     return y, lambda g: np.reshape(scatter_add(src, _along(ax, source), g), shape)
+
+
+@linear_frule(np.repeat)
+def _repeat_f(dx, y, a, repeats, axis=None):
+    if axis is None:  # np.repeat repeats the flattened array
+        return np.repeat(_flat(dx), repeats, 1)
+    return np.repeat(dx, repeats, _ax(axis, len(shape_of(a))) + 1)
 
 
 # --- diagonals and triangles ----------------------------------------------------------------------
@@ -444,6 +694,13 @@ def _diagonal(a, offset=0, axis1=0, axis2=1):
     return y, _diagonal_adjoint(shape_of(a), offset, axis1, axis2, shape_of(y)[-1])
 
 
+@linear_frule(np.diagonal)
+def _diagonal_f(dx, y, a, offset=0, axis1=0, axis2=1):
+    # The lane axis stays first among the axes diagonal() keeps in front of the diagonal.
+    nd = len(shape_of(a))
+    return np.diagonal(dx, offset, shift_axis(axis1, nd), shift_axis(axis2, nd))
+
+
 @linear_in_first(np.diag)
 def _diag(v, k=0):
     y = np.diag(v, k)
@@ -453,6 +710,31 @@ def _diag(v, k=0):
     return y, _diagonal_adjoint(shape, k, 0, 1, shape_of(y)[0])
 
 
+def _diag_matrices(t, k):
+    """``np.diag(v, k)`` for every lane ``v`` of the lane-first tangent ``t`` (shape (lanes, n)).
+
+    Each lane's row ``[v_0, 0 × N, v_1, 0 × N, ...]`` read as an N × N matrix (N = n + |k|)
+    holds v on the main diagonal, since consecutive diagonal entries are N + 1 apart in C order;
+    shifting the row by the offset's flat position moves it to diagonal k. Built from
+    concatenation and reshapes only, so it composes with every wrapper.
+    """
+    lanes, n = shape_of(t)
+    big = n + abs(k)
+    spaced = np.concatenate([t[:, :, None], np.zeros_like(t, shape=(lanes, n, big))], axis=2)
+    start = k if k >= 0 else -k * big
+    row = np.concatenate([np.zeros_like(t, shape=(lanes, start)),
+                          np.reshape(spaced, (lanes, n * (big + 1))),
+                          np.zeros_like(t, shape=(lanes, big * big))], axis=1)
+    return np.reshape(row[:, :big * big], (lanes, big, big))
+
+
+@linear_frule(np.diag)
+def _diag_f(dx, y, v, k=0):
+    if len(shape_of(v)) == 1:
+        return _diag_matrices(dx, int(k))
+    return np.diagonal(dx, k, 1, 2)
+
+
 def _triangle_rule(fn):
     @linear_in_first(fn)
     def rule(m, k=0):
@@ -460,6 +742,12 @@ def _triangle_rule(fn):
         if len(shape_of(m)) == 1:  # m is broadcast to the rows of a square matrix
             return y, lambda g: np.sum(fn(g, k), axis=0)
         return y, lambda g: fn(g, k)
+
+    @linear_frule(fn)
+    def forward(dx, y, m, k=0):
+        if len(shape_of(m)) == 1:  # each lane is broadcast to the rows of its square matrix
+            return fn(_broadcast_tangent(dx[:, None, :], y), k)
+        return fn(dx, k)  # acts on the last two axes, whatever leads them
     return rule
 
 
@@ -483,20 +771,37 @@ def _pad_pairs(pad_width, ndim):
     return [tuple(int(p) for p in row) for row in np.broadcast_to(pw, (ndim, 2))]
 
 
-@linear_in_first(np.pad)
-def _pad(array, pad_width, mode="constant", **kwargs):
+def _pad_mode_supported(mode, direction):
     if mode not in ("constant", "empty"):
         raise MissingRuleError(
-            f"mooncake_py has no reverse-mode rule for np.pad with mode={mode!r}: only "
+            f"mooncake_py has no {direction}-mode rule for np.pad with mode={mode!r}: only "
             "mode='constant' (with constant constant_values) and mode='empty' are supported. "
             "Build the padding from slices of the array instead, e.g. for mode='edge' on a 1-D x: "
             "np.concatenate([np.repeat(x[:1], n), x, np.repeat(x[-1:], n)]), or for 'wrap': "
             "np.concatenate([x[-n:], x, x[:n]]); those are differentiated.")
+
+
+@linear_in_first(np.pad)
+def _pad(array, pad_width, mode="constant", **kwargs):
+    _pad_mode_supported(mode, "reverse")
     y = np.pad(array, pad_width, mode, **kwargs)
     shape = shape_of(array)
     key = tuple(slice(before, before + n)
                 for (before, _), n in zip(_pad_pairs(pad_width, len(shape)), shape))
     return y, lambda g: g[key]
+
+
+@frule(np.pad, lanes=True)
+def _pad_f(primals, tangents, **kwargs):
+    array, pad_width, *rest = primals
+    mode = rest[0] if rest else kwargs.get("mode", "constant")
+    _pad_mode_supported(mode, "forward")
+    y = np.pad(array, pad_width, *rest, **kwargs)
+    dx = tangents[0]
+    if dx is None:
+        return y, None
+    # The padding is constant (or, for 'empty', arbitrary): its tangent is zero either way.
+    return y, np.pad(dx, [(0, 0)] + _pad_pairs(pad_width, len(shape_of(array))))
 
 
 # --- constructors whose values do not depend on the input ----------------------------------------

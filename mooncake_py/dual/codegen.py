@@ -1,0 +1,499 @@
+"""Kernel source text from the derivative table: one intermediate form, three emitters.
+
+The forward-mode work of an elementwise op is a short straight-line program per element, built
+here from a :class:`~mooncake_py.rules.derivative_table.Entry`'s strings:
+
+- the *frule* of the op: ``(a, ȧ[, b, ḃ]) -> (y, ẏ)`` with ``ẏ = ∂y/∂a·ȧ + ∂y/∂b·ḃ``;
+- the frule of its *pullback* ``ew_pullback(entry, k, g, a[, b], y) = g·∂y/∂x_k``:
+  ``(g, ġ, a, ȧ[, b, ḃ], y) -> (r, ṙ)`` with ``ṙ = ġ·∂y/∂x_k + g·Σ_j ∂²y/∂x_k∂x_j·ẋ_j``.
+
+Only inputs that carry a tangent contribute terms (``x**c`` with a constant ``c`` never evaluates
+``log(x)``, which is nan for ``x < 0``); the output's tangent is never needed because the table's
+derivatives are total derivatives written in terms of ``y``'s primal.
+
+A program (:class:`KernelIR`) is a list of statements whose right-hand sides are Python ``ast``
+expressions in the table's vocabulary. Emitters turn it into:
+
+- :func:`numpy_source`: whole-array Python (the NumPy-composition path and the test oracle);
+- :func:`numba_source`: a loop over elements (and lanes) for ``numba.njit``;
+- :func:`c_source`: CUDA C statements, for a CuPy ``ElementwiseKernel`` body.
+
+:func:`hoist` moves calls that numba would evaluate with scalar libm (``exp``, ``tanh``,
+``digamma``...) out of the loop, to be computed by NumPy's SIMD ufuncs (or scipy) beforehand;
+the loop then fuses all the arithmetic. On these CPUs NumPy's ``tanh`` is ~10× faster than a
+scalar libm call, so fusing a transcendental into the loop would be a loss, not a gain. A GPU
+emitter keeps every call inline.
+
+Example:
+    >>> from mooncake_py.rules.derivative_table import TABLE
+    >>> ir = frule_ir(TABLE["tanh"], (True,))
+    >>> print(numpy_source(ir, "f", given=("y",)))  # doctest: +NORMALIZE_WHITESPACE
+    def f(a, b, y, g, ta, tb, tg):
+        d0 = 1 - y * y
+        ty = d0 * ta
+        return (ty,)
+"""
+import ast
+import re
+from dataclasses import dataclass
+
+from ..rules.derivative_table import CONSTANTS
+
+# Calls a CPU loop evaluates inline: exact or nearly free. Everything else is hoisted to NumPy.
+CPU_INLINE = frozenset({"sqrt", "abs", "floor", "trunc", "sign", "select"})
+
+# Constant exponents for which ``pow`` is specialised into multiplications/square roots.
+SPECIAL_EXPONENTS = (0.0, 1.0, 2.0, 3.0, -1.0, -2.0, 0.5, -0.5)
+
+_HOISTED = re.compile(r"h\d+")
+
+# In ``d2`` of a binary entry, the index of ∂²y/∂x_k∂x_j.
+_D2_INDEX = ((0, 1), (1, 2))
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """``name = expr``. kind: "let" (a per-element temporary), "out" (a primal output) or
+    "tout" (a tangent output, which may read lane-indexed tangent inputs)."""
+    kind: str
+    name: str
+    expr: ast.expr
+
+
+@dataclass(frozen=True)
+class KernelIR:
+    """A straight-line elementwise program. ``inputs``: primal input names (of a, b, y, g);
+    ``tangents``: tangent input names (of ta, tb, tg); ``hoisted``: names of precomputed
+    temporaries (after :func:`hoist`)."""
+    name: str
+    inputs: tuple
+    tangents: tuple
+    body: tuple
+    hoisted: tuple = ()
+
+    @property
+    def outs(self):
+        return tuple(s.name for s in self.body if s.kind == "out")
+
+    @property
+    def touts(self):
+        return tuple(s.name for s in self.body if s.kind == "tout")
+
+
+# --- expression helpers ---------------------------------------------------------------------
+def parse(text):
+    """The ``ast`` expression of a table string."""
+    return ast.parse(text, mode="eval").body
+
+
+def _const(node):
+    """The float value of a constant node (literal or named constant), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _const(node.operand)
+        return None if v is None else -v
+    return None
+
+
+def _num(v):
+    v = float(v)
+    if v < 0:
+        return ast.UnaryOp(ast.USub(), ast.Constant(-v))
+    return ast.Constant(int(v) if v.is_integer() and abs(v) < 2 ** 31 else v)
+
+
+def _call(fn, *args):
+    return ast.Call(ast.Name(fn, ast.Load()), list(args), [])
+
+
+def _name(n):
+    return ast.Name(n, ast.Load())
+
+
+def mul(x, y):
+    """``x*y`` with the exact simplifications ±1·y and 0·y = 0 (a derivative term that vanishes
+    identically is dropped, so 0·inf never produces a nan)."""
+    cx, cy = _const(x), _const(y)
+    if cx == 0 or cy == 0:
+        return _num(0)
+    if cx == 1:
+        return y
+    if cy == 1:
+        return x
+    if cx == -1:
+        return ast.UnaryOp(ast.USub(), y)
+    if cy == -1:
+        return ast.UnaryOp(ast.USub(), x)
+    if cx is not None and cy is not None:
+        return _num(cx * cy)
+    return ast.BinOp(x, ast.Mult(), y)
+
+
+def add(terms):
+    """The sum of the non-zero ``terms`` (None when there is none)."""
+    terms = [t for t in terms if t is not None and _const(t) != 0]
+    if not terms:
+        return None
+    out = terms[0]
+    for t in terms[1:]:
+        out = ast.BinOp(out, ast.Add(), t)
+    return out
+
+
+class _Specialise(ast.NodeTransformer):
+    """Substitute constants for names, fold constant arithmetic, and expand ``pow`` with a small
+    constant exponent into multiplications (``pow(a, 2) -> a*a``)."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def visit_Name(self, node):
+        if node.id in self.values:
+            return _num(self.values[node.id])
+        return node
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        l, r = _const(node.left), _const(node.right)
+        if l is not None and r is not None:
+            ops = {ast.Add: lambda: l + r, ast.Sub: lambda: l - r, ast.Mult: lambda: l * r,
+                   ast.Div: lambda: l / r if r else None}
+            f = ops.get(type(node.op))
+            v = f() if f else None
+            if v is not None:
+                return _num(v)
+        if isinstance(node.op, ast.Mult):
+            return mul(node.left, node.right)
+        if isinstance(node.op, (ast.Add, ast.Sub)) and r == 0:
+            return node.left
+        if isinstance(node.op, ast.Add) and l == 0:
+            return node.right
+        if isinstance(node.op, ast.Sub) and l == 0:
+            return ast.UnaryOp(ast.USub(), node.right)
+        if isinstance(node.op, ast.Div) and r == 1:
+            return node.left
+        return node
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        v = _const(node.operand)
+        if isinstance(node.op, ast.USub) and v is not None:
+            return _num(-v)
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "pow" and len(node.args) == 2:
+            x, c = node.args[0], _const(node.args[1])
+            if c == 0:
+                return _num(1)
+            if c == 1:
+                return x
+            if c == 2:
+                return ast.BinOp(x, ast.Mult(), x)
+            if c == 3:
+                return ast.BinOp(ast.BinOp(x, ast.Mult(), x), ast.Mult(), x)
+            if c == -1:
+                return ast.BinOp(_num(1), ast.Div(), x)
+            if c == -2:
+                return ast.BinOp(_num(1), ast.Div(), ast.BinOp(x, ast.Mult(), x))
+            if c == 0.5:
+                return _call("sqrt", x)
+            if c == -0.5:
+                return ast.BinOp(_num(1), ast.Div(), _call("sqrt", x))
+        return node
+
+
+def specialise(expr, values=None):
+    """``expr`` with ``values`` substituted and constants folded (a new tree)."""
+    tree = parse(ast.unparse(expr)) if isinstance(expr, ast.AST) else parse(expr)
+    return ast.fix_missing_locations(_Specialise(values or {}).visit(tree))
+
+
+def free_names(expr):
+    """Variable names an expression reads (function names excluded)."""
+    calls = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and id(n) not in calls
+            and n.id not in CONSTANTS and not _HOISTED.fullmatch(n.id)}
+
+
+def is_exact(expr):
+    """Whether ``expr`` is a single correctly-rounded operation (or a copy) of its inputs, so
+    that computing it inside a loop gives the very bits NumPy's ufunc gives."""
+    def leaf(n):
+        return isinstance(n, ast.Name) or _const(n) is not None
+    if leaf(expr):
+        return True
+    if isinstance(expr, ast.UnaryOp):
+        return leaf(expr.operand)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        return leaf(expr.left) and leaf(expr.right)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+        return expr.func.id in ("sqrt", "abs") and len(expr.args) == 1 and leaf(expr.args[0])
+    return False
+
+
+# --- building programs from table entries ---------------------------------------------------
+def _operands(entry):
+    return ("a",) if entry.nin == 1 else ("a", "b")
+
+
+def _values(const_b):
+    return {} if const_b is None else {"b": const_b}
+
+
+def frule_ir(entry, present, const_b=None):
+    """The frule program of ``entry``; ``present[j]``: whether operand j carries a tangent.
+    ``const_b``: a constant second operand to specialise on (see :data:`SPECIAL_EXPONENTS`)."""
+    vals = _values(const_b)
+    ops = _operands(entry)
+    value = specialise(entry.value, vals)
+    body = [Stmt("out", "y", value)]
+    terms = []
+    for j, (x, has) in enumerate(zip(ops, present)):
+        if not has:
+            continue
+        d = specialise(entry.d1[j], vals)
+        if _const(d) is None:
+            body.append(Stmt("let", f"d{j}", d))
+            d = _name(f"d{j}")
+        terms.append(mul(d, _name("t" + x)))
+    ty = add(terms)
+    if ty is not None:
+        body.append(Stmt("tout", "ty", ty))
+    return make_ir(f"{entry.name}_frule", body)
+
+
+def pullback_ir(entry, k, present, const_b=None):
+    """The frule program of ``ew_pullback(entry, k, g, *xs)``: ``present`` = (ġ, ȧ[, ḃ]) flags."""
+    vals = _values(const_b)
+    ops = _operands(entry)
+    body = []
+    d = specialise(entry.d1[k], vals)
+    if _const(d) is None:
+        body.append(Stmt("let", "d", d))
+        d = _name("d")
+    # r keeps g's shape even when the derivative vanishes identically (x**0)
+    r = ast.BinOp(_name("g"), ast.Mult(), d) if _const(d) == 0 else mul(_name("g"), d)
+    body.append(Stmt("out", "r", r))
+    inner = []
+    for j, (x, has) in enumerate(zip(ops, present[1:])):
+        if not has:
+            continue
+        e = specialise(entry.d2[0] if entry.nin == 1 else entry.d2[_D2_INDEX[k][j]], vals)
+        if _const(e) == 0:
+            continue
+        if _const(e) is None:
+            body.append(Stmt("let", f"e{j}", e))
+            e = _name(f"e{j}")
+        inner.append(mul(e, _name("t" + x)))
+    terms = [mul(_name("tg"), d) if present[0] else None]
+    s = add(inner)
+    if s is not None:
+        terms.append(mul(_name("g"), s))
+    tr = add(terms)
+    if tr is not None:
+        body.append(Stmt("tout", "tr", tr))
+    return make_ir(f"{entry.name}_pullback{k}", body)
+
+
+_PRIMAL_NAMES = ("a", "b", "y", "g")
+_TANGENT_NAMES = ("ta", "tb", "tg")
+
+
+def make_ir(name, body, hoisted=()):
+    """A :class:`KernelIR` whose inputs are the names its statements read before defining."""
+    defined, read = set(), set()
+    for s in body:
+        read |= free_names(s.expr) - defined
+        defined.add(s.name)
+    return KernelIR(name, tuple(n for n in _PRIMAL_NAMES if n in read),
+                    tuple(n for n in _TANGENT_NAMES if n in read), tuple(body), tuple(hoisted))
+
+
+def drop_out(ir, name):
+    """``ir`` with primal output ``name`` removed, so that it is read as an input instead (NumPy
+    computes it: the composition path, or a value a loop could not reproduce bit for bit)."""
+    return make_ir(ir.name, [s for s in ir.body if not (s.kind == "out" and s.name == name)],
+                   ir.hoisted)
+
+
+def hoist(ir, inline=CPU_INLINE):
+    """Move every call not in ``inline`` out of the per-element statements.
+
+    Returns ``(hoisted, new_ir)``: ``hoisted`` is a tuple of ``(name, expr)`` to evaluate on
+    whole arrays first (they read only primal inputs), ``new_ir`` reads them as inputs ``h0``...
+    An output statement whose value would need a hoisted call (``y = tanh(a)``) is dropped and
+    ``y`` becomes an input: NumPy computes it.
+    """
+    found = {}
+
+    class _H(ast.NodeTransformer):
+        def visit_Call(self, node):
+            fn = node.func.id if isinstance(node.func, ast.Name) else None
+            if fn in inline:
+                self.generic_visit(node)
+                return node
+            key = ast.dump(node)
+            if key not in found:
+                found[key] = (f"h{len(found)}", node)
+            return _name(found[key][0])
+
+    if any(s.kind == "out" and s.name == "y" and not is_exact(s.expr) for s in ir.body):
+        ir = drop_out(ir, "y")
+    body = []
+    for s in ir.body:
+        e = _H().visit(parse(ast.unparse(s.expr)))
+        body.append(Stmt(s.kind, s.name, ast.fix_missing_locations(e)))
+    hoisted = tuple((n, e) for n, e in found.values())
+    if "y" not in ir.inputs and any("y" in free_names(e) for _, e in hoisted):
+        ir = drop_out(ir, "y")  # a hoisted value reads y: let NumPy compute y first
+        return hoist(ir, inline)
+    return hoisted, make_ir(ir.name, body, tuple(n for n, _ in hoisted))
+
+
+def op_count(ir):
+    """Arithmetic operations per element (binary, unary, comparisons, selects, inline calls):
+    a program with at most one gains nothing from fusion over NumPy's single ufunc call."""
+    return sum(isinstance(n, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.IfExp))
+               for s in ir.body for n in ast.walk(s.expr))
+
+
+# --- emitters -------------------------------------------------------------------------------
+def expr_source(expr):
+    """Python source of an expression (the vocabulary names unchanged)."""
+    return ast.unparse(expr)
+
+
+def numpy_source(ir, fname, given=()):
+    """A whole-array Python function ``fname(a, b, y, g, ta, tb, tg)`` returning the tuple of the
+    program's outputs (primal outputs not in ``given``, then tangent outputs). Run it with
+    :data:`~mooncake_py.rules.derivative_table.NP_VOCABULARY` as globals."""
+    lines = [f"def {fname}(a, b, y, g, ta, tb, tg):"]
+    rets = []
+    for s in ir.body:
+        if s.kind == "out" and s.name in given:
+            continue
+        lines.append(f"    {s.name} = {expr_source(s.expr)}")
+        if s.kind != "let":
+            rets.append(s.name)
+    lines.append(f"    return ({', '.join(rets)}{',' if rets else ''})")
+    return "\n".join(lines)
+
+
+class _ToNumba(ast.NodeTransformer):
+    """Vocabulary -> numba-compilable Python: ``select`` to a conditional expression, cheap
+    calls to their NumPy scalar forms, literals and named constants cast to the kernel dtype."""
+    _FUNCS = {"sqrt": "np.sqrt", "abs": "np.abs", "floor": "np.floor", "trunc": "np.trunc",
+              "sign": "np.sign"}
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        fn = node.func.id
+        if fn == "select":
+            c, p, q = node.args
+            return ast.IfExp(c, p, q)
+        if fn not in self._FUNCS:
+            raise ValueError(f"{fn}() cannot be evaluated inside a CPU kernel; hoist it")
+        node.func = parse(self._FUNCS[fn])
+        return node
+
+    def visit_Constant(self, node):
+        return _call("_F", ast.Constant(float(node.value)))
+
+    def visit_Name(self, node):
+        if node.id in CONSTANTS:
+            return _call("_F", ast.Constant(CONSTANTS[node.id]))
+        return node
+
+
+def numba_source(ir, fname, scalars=frozenset(), dtype="float64"):
+    """Source of a module defining ``fname``, an ``@numba.njit(cache=True)`` loop kernel.
+
+    Signature: ``fname(n, k, <inputs>, <hoisted>, <tangents>, <outputs>)``. Array inputs are
+    1-D of length n (names upper-cased), inputs in ``scalars`` are plain numbers (their
+    tangents arrays of shape (k,)), tangents of array inputs are (k, n), primal outputs (n,) and
+    tangent outputs (k, n). Lane 0 is computed in the same pass as the primal outputs.
+    """
+    def conv(e):
+        return ast.unparse(ast.fix_missing_locations(_ToNumba().visit(parse(ast.unparse(e)))))
+
+    prim = list(ir.inputs) + list(ir.hoisted)
+    params = ["n", "k"]
+    params += [p if p in scalars else p.upper() for p in prim]
+    params += [t.upper() for t in ir.tangents]
+    params += [s.name.upper() for s in ir.body if s.kind != "let"]
+    loads = [f"{p} = {p.upper()}[i]" for p in prim if p not in scalars]
+
+    def tload(t, lane):
+        src = t[1:]
+        return f"{t} = {t.upper()}[{lane}]" if src in scalars else f"{t} = {t.upper()}[{lane}, i]"
+
+    def body(lane, first):
+        out = list(loads) + [tload(t, lane) for t in ir.tangents]
+        for s in ir.body:
+            if s.kind == "out":
+                out.append(f"{s.name} = {conv(s.expr)}" if first else f"{s.name} = {s.name.upper()}[i]")
+                if first:
+                    out.append(f"{s.name.upper()}[i] = {s.name}")
+            elif s.kind == "let":
+                out.append(f"{s.name} = {conv(s.expr)}")
+            else:
+                out.append(f"{s.name.upper()}[{lane}, i] = {conv(s.expr)}")
+        return out
+
+    src = ["import numpy as np", "import numba", f"_F = np.{dtype}", "",
+           "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
+           f"def {fname}({', '.join(params)}):",
+           "    for i in range(n):"]
+    src += ["        " + line for line in body(0, True)]
+    if ir.touts:
+        src += ["    for l in range(1, k):", "        for i in range(n):"]
+        src += ["            " + line for line in body("l", False)]
+    return "\n".join(src) + "\n"
+
+
+_C_FUNCS = {"abs": "fabs", "pow": "pow", "asin": "asin", "acos": "acos", "atan": "atan",
+            "atan2": "atan2", "max": "fmax", "min": "fmin"}
+# Vocabulary calls with no CUDA math-library counterpart: a GPU generator must supply them.
+C_MISSING = frozenset({"digamma", "trigamma", "tetragamma", "ndtr", "log_ndtr", "logaddexp",
+                       "logaddexp2", "xlogy"})
+
+
+def c_expr(expr):
+    """CUDA C text of an expression: ``select`` as ``?:``, literals as doubles, every operation
+    parenthesised. (Calls in :data:`C_MISSING` are emitted by name.)"""
+    if isinstance(expr, ast.Constant):
+        return repr(float(expr.value))
+    if isinstance(expr, ast.Name):
+        return repr(CONSTANTS[expr.id]) if expr.id in CONSTANTS else expr.id
+    if isinstance(expr, ast.UnaryOp):
+        return f"(-{c_expr(expr.operand)})"
+    if isinstance(expr, ast.BinOp):
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(expr.op)]
+        return f"({c_expr(expr.left)} {op} {c_expr(expr.right)})"
+    if isinstance(expr, ast.Compare):
+        op = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==",
+              ast.NotEq: "!="}[type(expr.ops[0])]
+        return f"({c_expr(expr.left)} {op} {c_expr(expr.comparators[0])})"
+    if isinstance(expr, ast.Call):
+        fn = expr.func.id
+        args = [c_expr(a) for a in expr.args]
+        if fn == "select":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        if fn == "sign":
+            return f"(({args[0]} > 0) - ({args[0]} < 0))"
+        return f"{_C_FUNCS.get(fn, fn)}({', '.join(args)})"
+    raise ValueError(f"cannot emit {ast.dump(expr)} as C")
+
+
+def c_source(ir, ctype="T"):
+    """CUDA C statements of a program for one element and one lane (an ``ElementwiseKernel``
+    body: inputs and outputs are the kernel's parameter names)."""
+    lines = []
+    for s in ir.body:
+        prefix = f"{ctype} " if s.kind == "let" else ""
+        lines.append(f"{prefix}{s.name} = {c_expr(s.expr)};")
+    return "\n".join(lines)

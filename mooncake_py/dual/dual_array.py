@@ -1,0 +1,366 @@
+"""DualArray: a primal value and its tangent(s), and the forward-mode dispatch.
+
+Every NumPy entry point on a DualArray reaches :meth:`DualArray._mc_apply` (through
+:func:`mooncake_py.dispatch.dispatch`, which picks the innermost transformation). It unwraps the
+duals of its own *tag* into primals and tangents, calls the function's frule from
+``rules.registry.FRULES``, and wraps float outputs back into duals of the same tag.
+
+A tag is one forward-mode transformation: it takes a fresh level from the shared counter, so a
+jvp nested in a jvp uses a distinct tag and the two perturbations never mix (a dual of another
+tag is, for this one, just a value). A tag also fixes the number of lanes: ``lanes=0`` for one
+direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangent shaped
+``(k,) + primal.shape``).
+"""
+import inspect
+
+import numpy as np
+
+from ..array_ops import ArrayOps
+from ..config import _CONFIG as _DEBUG
+from ..dispatch import dispatch, new_level, WRAPPER_TYPES
+from ..errors import (MissingRuleError, MutationError, NonDifferentiableInputError, RuleError,
+                      TangentError, TrackingLostError)
+from ..rules.broadcasting import shape_of
+from ..rules.registry import FRULES, FRULE_LANES, RRULES, ZERO_DERIVATIVE, fn_name
+
+_SEQ = (list, tuple)
+
+
+class Tag:
+    """One forward-mode transformation: its nesting level and its lane count (0: no lanes)."""
+    __slots__ = ("level", "lanes")
+
+    def __init__(self, lanes=0):
+        self.level = new_level()
+        self.lanes = lanes
+
+    def __repr__(self):
+        return f"Tag(level={self.level}, lanes={self.lanes})"
+
+
+class DualArray(ArrayOps):
+    """A value (``primal``) carrying a directional derivative (``tangent``); use it like an ndarray.
+
+    Create one with :func:`dual`. Operations return DualArrays whose tangent is the derivative of
+    the result along the input's direction(s); comparisons and other non-differentiable results
+    are plain arrays.
+    """
+    __slots__ = ("_value", "_tangent", "_tag")
+
+    def __init__(self, primal, tangent, tag):
+        self._value = primal
+        self._tangent = tangent
+        self._tag = tag
+
+    def _mc_level(self):
+        return self._tag.level
+
+    @staticmethod
+    def _mc_apply(top, fn, args, kwargs):
+        return _apply(top._tag, fn, args, kwargs)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return dispatch(ufunc if method == "__call__" else (ufunc, method), inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return dispatch(func, args, kwargs)
+
+    @property
+    def primal(self):
+        return self._value
+
+    @property
+    def tangent(self):
+        return self._tangent
+
+    @property
+    def lanes(self):
+        """The number of directions carried (0 when the tangent is shaped like the primal)."""
+        return self._tag.lanes
+
+    def __repr__(self):
+        return f"DualArray(primal={self._value!r}, tangent={self._tangent!r})"
+
+    def _lost(self, what):
+        v = self._value
+        return TrackingLostError(
+            f"A dual value (DualArray of {type(v).__name__}, dtype {v.dtype}, shape "
+            f"{tuple(np.shape(v))}) was {what}, which would silently drop its derivative. Common "
+            "causes and fixes: np.array([x[0], x[1]]) -> use np.stack([x[0], x[1]]); math.sin(x) / "
+            "float(x) -> use np.sin(x) and keep it an array; writing it into a plain array "
+            "(out[i] = x) -> build the result functionally (np.stack, np.where, np.concatenate); a "
+            "library function that calls np.asarray internally -> wrap it with mp.primitive and "
+            "give it an mp.frule. To read the numbers, use mp.primal(x) and mp.tangent(x).")
+
+
+WRAPPER_TYPES.add(DualArray)
+
+
+# --- the forward dispatch -------------------------------------------------------------------
+def _apply(tag, fn, args, kwargs):
+    if kwargs:
+        if "out" in kwargs:
+            o = kwargs["out"]
+            if o is not None and not (type(o) is tuple and all(u is None for u in o)):
+                raise MutationError(
+                    f"{fn_name(fn)}(..., out=...) writes into an existing array, which forward "
+                    "mode cannot represent; drop out= and use the returned value.")
+            kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        if any(type(v) is DualArray and v._tag is tag for v in kwargs.values()):
+            args, kwargs = _kwargs_to_positional(fn, args, kwargs, tag)
+    primals, tangents = [], []
+    for a in args:
+        if type(a) is DualArray and a._tag is tag:
+            primals.append(a._value)
+            tangents.append(a._tangent)
+        elif type(a) in _SEQ and any(type(b) is DualArray and b._tag is tag for b in a):
+            primals.append(type(a)(b._value if type(b) is DualArray and b._tag is tag else b
+                                   for b in a))
+            tangents.append(tuple(b._tangent if type(b) is DualArray and b._tag is tag else None
+                                  for b in a))
+        else:
+            primals.append(a)
+            tangents.append(None)
+    rule = FRULES.get(fn)
+    if rule is None:
+        if fn in ZERO_DERIVATIVE:
+            return _call(fn, primals, kwargs)
+        raise MissingRuleError(_missing_message(fn, args, kwargs))
+    native = getattr(rule, "_mc_native", None)
+    if native is not None:
+        out, tout = native(primals, tangents, tag.lanes, kwargs)
+    else:
+        out, tout = _run_rule(fn, rule, primals, tangents, tag.lanes, kwargs)
+    return _wrap(fn, out, tout, tag)
+
+
+def _call(fn, args, kwargs):
+    if type(fn) is tuple:
+        return getattr(fn[0], fn[1])(*args, **kwargs)
+    return fn(*args, **kwargs)
+
+
+def _map_tangents(f, tangents):
+    return [None if t is None else tuple(None if u is None else f(u) for u in t)
+            if type(t) is tuple else f(t) for t in tangents]
+
+
+def _run_rule(fn, rule, primals, tangents, lanes, kwargs):
+    """Call a registered frule under the lane convention (see ``rules.registry.frule``)."""
+    if fn in FRULE_LANES:
+        if lanes:
+            return rule(primals, tangents, **kwargs)
+        out, tout = rule(primals, _map_tangents(_add_lane, tangents), **kwargs)
+        return out, _map_out(_drop_lane, tout)
+    if not lanes:
+        return rule(primals, tangents, **kwargs)
+    out, per_lane = None, []
+    for l in range(lanes):
+        out, t = rule(primals, _map_tangents(lambda u: u[l], tangents), **kwargs)
+        per_lane.append(t)
+    return out, _stack_lanes(per_lane, out)
+
+
+def _add_lane(t):
+    if type(t) is np.ndarray or isinstance(t, np.generic):
+        return t[None]
+    return np.reshape(t, (1,) + tuple(shape_of(t)))
+
+
+def _drop_lane(t):
+    return t[0]
+
+
+def _map_out(f, tout):
+    if tout is None:
+        return None
+    if isinstance(tout, (tuple, list)):
+        return type(tout)(_map_out(f, t) for t in tout)
+    return f(tout)
+
+
+def _stack_lanes(per_lane, out):
+    first = per_lane[0]
+    if isinstance(first, (tuple, list)):
+        return tuple(_stack_lanes([p[i] for p in per_lane], out[i]) for i in range(len(first)))
+    if all(t is None for t in per_lane):
+        return None
+    return np.stack([np.zeros_like(out) if t is None else t for t in per_lane])
+
+
+def _is_float(x):
+    dt = getattr(x, "dtype", None)
+    if dt is not None:
+        return dt.kind == "f"
+    return type(x) is float
+
+
+def _wrap(fn, out, tout, tag):
+    if tout is None:
+        return out
+    odt = getattr(out, "dtype", None)
+    if (odt is not None and odt.kind == "f") or type(out) is float:
+        if odt is None:
+            out = np.float64(out)
+            odt = out.dtype
+        dt = getattr(tout, "dtype", None)
+        if dt is None:
+            tout = np.asarray(tout, dtype=odt)[()]
+        elif dt != odt:
+            tout = tout.astype(odt)
+        if _DEBUG.get().debug_mode:
+            _check_tangent(fn, out, tout, tag)
+        return DualArray(out, tout, tag)
+    if isinstance(out, (tuple, list)):
+        wrapped = [_wrap(fn, o, t, tag) for o, t in zip(out, tout)]
+        return type(out)(*wrapped) if hasattr(out, "_fields") else type(out)(wrapped)
+    return out
+
+
+def _check_tangent(fn, out, tout, tag):
+    want = ((tag.lanes,) if tag.lanes else ()) + tuple(np.shape(out))
+    got = tuple(np.shape(tout))
+    if got != want:
+        raise RuleError(f"the frule of {fn_name(fn)} returned a tangent of shape {got} for an "
+                        f"output of shape {tuple(np.shape(out))}; expected {want}"
+                        f"{' (lanes first)' if tag.lanes else ''}.")
+
+
+_SIGNATURES = {}
+
+
+def _kwargs_to_positional(fn, args, kwargs, tag):
+    """Move dual keyword arguments (and those before them) into positional slots."""
+    sig = _SIGNATURES.get(fn)
+    if sig is None:
+        sig = _SIGNATURES[fn] = inspect.signature(fn)
+    bound = sig.bind(*args, **kwargs)
+    params = list(sig.parameters.values())
+    last = max(i for i, p in enumerate(params)
+               if type(bound.arguments.get(p.name)) is DualArray)
+    pos, rest = [], {}
+    for i, p in enumerate(params):
+        if i <= last:
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise MissingRuleError(
+                    f"{fn_name(fn)}: a dual value was passed as keyword-only argument "
+                    f"{p.name!r}, which its frule cannot receive; pass it positionally.")
+            pos.append(bound.arguments.get(p.name, p.default))
+        elif p.name in bound.arguments:
+            if p.kind == p.VAR_KEYWORD:
+                rest.update(bound.arguments[p.name])
+            else:
+                rest[p.name] = bound.arguments[p.name]
+    return tuple(pos), rest
+
+
+def _describe_arg(a):
+    if type(a) is DualArray:
+        v = a._value
+        return f"DualArray[{getattr(v, 'dtype', '?')}, shape {tuple(np.shape(v))}]"
+    if isinstance(a, np.ndarray):
+        return f"ndarray[{a.dtype}, shape {a.shape}]"
+    if type(a) in _SEQ:
+        return f"{type(a).__name__} of {len(a)}"
+    return type(a).__name__
+
+
+def _missing_message(fn, args, kwargs):
+    name = fn_name(fn)
+    call = ", ".join([_describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
+    short = name.replace("numpy.", "np.")
+    has_r = " (it has a reverse rule, so mp.grad works)" if fn in RRULES else ""
+    return (
+        f"mooncake_py has no forward-mode rule (frule) for {name}, called here as "
+        f"{short}({call}){has_r}. Add one, written with np. calls so that it composes:\n\n"
+        f"    @mp.frule({short})\n    def _(primals, tangents, **kwargs):\n"
+        f"        x, *rest = primals\n"
+        f"        dx = tangents[0]      # None where an argument carries no tangent\n"
+        f"        y = {short}(x, *rest, **kwargs)\n"
+        f"        return y, <J·dx>\n\n"
+        f"(use @mp.frule({short}, lanes=True) to receive several directions at once), or, if "
+        f"its output carries no derivative, declare mp.zero_derivative({short}). "
+        "mooncake_py.testing.test_rule(..., modes=('forward',)) checks a new rule against finite "
+        "differences.")
+
+
+# --- public constructors and accessors ------------------------------------------------------
+def _validate(x, v, lanes, what="x"):
+    """Check that tangent ``v`` suits primal ``x`` (lanes: expected lane count, 0 for none)."""
+    dt = getattr(x, "dtype", None)
+    if type(x) is float:
+        dt = np.dtype(np.float64)
+    if dt is None or dt.kind != "f":
+        raise NonDifferentiableInputError(
+            f"{what} is a {type(x).__name__}{'' if dt is None else f' with dtype {dt}'}, which has "
+            "no derivative, but a tangent was given for it. Make it floating point "
+            "(x.astype(float), 2.0 instead of 2) or pass None as its tangent.")
+    vdt = getattr(v, "dtype", None)
+    if type(v) in (float, int) and not isinstance(v, bool):
+        vdt = dt
+    if vdt is None or vdt.kind != "f":
+        raise TangentError(
+            f"the tangent of {what} is a {type(v).__name__}"
+            f"{'' if vdt is None else f' with dtype {vdt}'}; it must be a floating-point array "
+            f"with the primal's dtype {dt}.")
+    if vdt != dt:
+        raise TangentError(
+            f"the tangent of {what} has dtype {vdt} but the primal has dtype {dt}; give it the "
+            f"primal's dtype (v.astype({dt.name})) so that {dt.name} stays {dt.name}.")
+    xs, vs = tuple(np.shape(x)), tuple(np.shape(v))
+    want = ((lanes,) if lanes else ()) + xs
+    if vs != want:
+        if lanes:
+            hint = (f"with lanes=True the tangent needs a leading lane axis: shape "
+                    f"(k,) + {xs}, here k = {lanes} (from the first tangent)")
+        else:
+            hint = f"it must have the primal's shape {xs}"
+            if vs[1:] == xs and len(vs) == len(xs) + 1:
+                hint += " (to pass several directions at once, use lanes=True)"
+        raise TangentError(f"the tangent of {what} has shape {vs}; {hint}.")
+
+
+def _as_value(x, dtype=None):
+    if type(x) is float or type(x) is int:
+        return np.float64(x) if dtype is None else dtype.type(x)
+    return x
+
+
+def dual(x, v, *, lanes=False, like=None):
+    """A :class:`DualArray` with primal ``x`` and tangent ``v``.
+
+    With ``lanes=True``, ``v`` holds k directions stacked on a leading axis (shape
+    ``(k,) + x.shape``). Each call starts a new forward transformation (tag) unless ``like`` is a
+    DualArray whose tag (and lane count) to share, so several inputs can be perturbed together.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> d = mp.dual(np.array([0.0, 1.0]), np.array([1.0, 0.0]))
+        >>> mp.tangent(np.sin(d))
+        array([1., 0.])
+    """
+    if like is not None:
+        tag = like._tag
+        k = tag.lanes
+    else:
+        if lanes and not np.ndim(v):
+            raise TangentError("with lanes=True the tangent needs a leading lane axis; got a "
+                               "scalar.")
+        k = np.shape(v)[0] if lanes else 0
+        tag = Tag(k)
+    _validate(x, v, k)
+    x = _as_value(x)
+    return DualArray(x, _as_value(v, np.dtype(getattr(x, "dtype", np.float64))), tag)
+
+
+def primal(x):
+    """The primal value of a DualArray (any other value is returned as it is)."""
+    return x._value if type(x) is DualArray else x
+
+
+def tangent(x):
+    """The tangent of a DualArray; for a plain float value, zeros like it (no lane axis); for a
+    non-float value, None."""
+    if type(x) is DualArray:
+        return x._tangent
+    return np.zeros_like(x) if _is_float(x) else None

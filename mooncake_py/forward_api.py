@@ -1,0 +1,306 @@
+"""Forward-mode public API: jvp, prepared derivative caches, and jacobian (forward or reverse)."""
+import functools
+
+import numpy as np
+
+from .api import is_float_leaf, vjp, _fname
+from .config import current_config
+from .dual.dual_array import DualArray, Tag, _validate, _as_value
+from .errors import (NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
+                     TangentError)
+from .pytree import flatten
+
+
+def _leaf_paths(obj, prefix=""):
+    """Index paths (``[0]['w']``) of the leaves of a nested container, in flatten's order."""
+    t = type(obj)
+    if t is tuple or t is list or (isinstance(obj, tuple) and hasattr(obj, "_fields")):
+        return [p for i, o in enumerate(obj) for p in _leaf_paths(o, f"{prefix}[{i}]")]
+    if t is dict:
+        return [p for k in obj for p in _leaf_paths(obj[k], f"{prefix}[{k!r}]")]
+    return [prefix]
+
+
+def _lane_count(tangents):
+    for t in tangents:
+        for leaf in flatten(t)[0]:
+            if leaf is not None:
+                if np.ndim(leaf) == 0:
+                    raise TangentError(
+                        "lanes=True but a tangent is a scalar; with lanes every tangent needs a "
+                        "leading lane axis (shape (k,) + primal shape).")
+                return np.shape(leaf)[0]
+    raise TangentError("lanes=True but every tangent is None: there is no direction to push.")
+
+
+def _seed(f, primals, tangents, lanes):
+    """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError(
+            f"jvp(f, primals, tangents) takes tuples of positional arguments of {_fname(f)}: "
+            f"jvp(f, (x,), (v,)); got {type(primals).__name__} and {type(tangents).__name__}.")
+    if len(primals) != len(tangents):
+        raise TangentError(f"jvp got {len(primals)} primal(s) but {len(tangents)} tangent(s) for "
+                           f"{_fname(f)}; give one tangent (or None) per positional argument.")
+    k = _lane_count(tangents) if lanes else 0
+    tag = Tag(k)
+    args = []
+    for i, (p, t) in enumerate(zip(primals, tangents)):
+        if t is None:
+            args.append(p)
+            continue
+        pl, ptree = flatten(p)
+        tl, ttree = flatten(t)
+        if ttree != ptree:
+            raise TangentError(f"the tangent of argument {i} of {_fname(f)} has structure "
+                               f"{ttree!r}; the argument has {ptree!r}.")
+        paths = _leaf_paths(p)
+        new = []
+        for x, v, path in zip(pl, tl, paths):
+            if v is None:
+                new.append(x)
+                continue
+            _validate(x, v, k, what=f"argument {i}{path} of {_fname(f)}")
+            x = _as_value(x)
+            new.append(DualArray(x, _as_value(v, x.dtype), tag))
+        args.append(ptree.unflatten(new))
+    return tag, args
+
+
+def _result(o, tag):
+    """(primal, tangent) of one output leaf."""
+    if type(o) is DualArray and o._tag is tag:
+        t = o._tangent
+        if type(t) is np.ndarray and not t.flags.writeable:
+            t = t.copy()  # a broadcast view inside the computation: hand out an owned array
+        return o._value, t
+    if is_float_leaf(o):
+        v = np.float64(o) if type(o) is float else o
+        shape = ((tag.lanes,) if tag.lanes else ()) + tuple(np.shape(v))
+        return v, np.zeros(shape, dtype=v.dtype)
+    return o, None
+
+
+def jvp(f, primals, tangents, *, lanes=False):
+    """``(f(*primals), J·tangents)``: the value of ``f`` and its directional derivative.
+
+    ``primals`` and ``tangents`` are tuples with one entry per positional argument of ``f``;
+    arguments may be arrays, floats or nested tuples/lists/dicts of them, each tangent mirroring
+    its primal (``None`` for a constant argument or leaf). Tangents must have their primal's
+    shape and dtype. With ``lanes=True`` each tangent carries k directions on a leading axis
+    (shape ``(k,) + primal.shape``) and ``ẏ`` gets the same leading axis: k Jacobian-vector
+    products in one forward sweep. The outputs may be nested containers too; non-float outputs
+    get tangent ``None``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> y, dy = mp.jvp(lambda x: np.sin(x) * 2.0, (np.array([0.0, 1.0]),), (np.ones(2),))
+        >>> dy
+        array([2.        , 1.08060461])
+        >>> y, dY = mp.jvp(np.exp, (np.zeros(2),), (np.eye(2),), lanes=True)
+        >>> dY
+        array([[1., 0.],
+               [0., 1.]])
+    """
+    tag, args = _seed(f, primals, tangents, lanes)
+    y = f(*args)
+    outs, tree = flatten(y)
+    pairs = [_result(o, tag) for o in outs]
+    return tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs])
+
+
+# --- prepared caches --------------------------------------------------------------------------
+def _leaf_spec(x):
+    if type(x) is float:
+        return ("float", (), np.dtype(np.float64))
+    dt = getattr(x, "dtype", None)
+    if dt is not None:
+        return (type(x).__name__, tuple(np.shape(x)), dt)
+    return (type(x).__name__, None, None)
+
+
+def _spec(args):
+    out = []
+    for a in args:
+        leaves, tree = flatten(a)
+        out.append((tree, tuple(_leaf_spec(l) for l in leaves)))
+    return tuple(out)
+
+
+class DerivativeCache:
+    """What :func:`prepare_derivative_cache` recorded: the function, the arguments' structure,
+    shapes and dtypes, and the lane count. Use it with :func:`value_and_derivative`."""
+    __slots__ = ("f", "spec", "lanes", "args_paths")
+
+    def __init__(self, f, spec, lanes, args_paths):
+        self.f, self.spec, self.lanes, self.args_paths = f, spec, lanes, args_paths
+
+    def __repr__(self):
+        return f"DerivativeCache({_fname(self.f)}, {len(self.spec)} argument(s), lanes={self.lanes})"
+
+
+def prepare_derivative_cache(f, *args, lanes=None):
+    """Prepare repeated forward-mode derivatives of ``f`` at arguments like ``args``.
+
+    Records the arguments' structure, shapes and dtypes (checked on every call of
+    :func:`value_and_derivative`) and runs ``f`` once on duals so that every fused kernel it
+    needs is compiled (or loaded from numba's disk cache) now rather than on the first real call.
+    ``lanes=k`` prepares for tangents carrying k directions each.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(np.tanh(x))
+        >>> c = mp.prepare_derivative_cache(f, np.zeros(3))
+        >>> y, dy = mp.value_and_derivative(c, f, (np.zeros(3), np.ones(3)))
+        >>> float(dy)
+        3.0
+    """
+    k = int(lanes) if lanes else 0
+    cache = DerivativeCache(f, _spec(args), k, [_leaf_paths(a) for a in args])
+    zeros = tuple(_zero_tangent(a, k) for a in args)
+    jvp(f, args, zeros, lanes=bool(k))
+    return cache
+
+
+def _zero_tangent(a, k):
+    leaves, tree = flatten(a)
+    out = []
+    for l in leaves:
+        if is_float_leaf(l):
+            v = np.float64(l) if type(l) is float else l
+            out.append(np.zeros(((k,) if k else ()) + tuple(np.shape(v)), dtype=v.dtype))
+        else:
+            out.append(None)
+    return tree.unflatten(out)
+
+
+def _spec_error(cache, f, i, msg):
+    return PreparedCacheSpecError(
+        f"value_and_derivative: argument {i} of {_fname(f)} {msg}. A prepared cache only accepts "
+        "arguments like those it was prepared with; prepare a new one with "
+        "mp.prepare_derivative_cache(f, *args) for these.")
+
+
+def value_and_derivative(cache, f, *pairs):
+    """``(y, ẏ)`` for ``f`` at ``(primal, tangent)`` pairs, one per positional argument.
+
+    Checks on every call that ``f`` is the function the cache was prepared for and that each
+    primal has the recorded structure, shape and dtype; raises
+    :class:`~mooncake_py.errors.PreparedCacheSpecError` saying what differs. See
+    :func:`prepare_derivative_cache` for an example.
+    """
+    if f is not cache.f:
+        raise PreparedCacheSpecError(
+            f"value_and_derivative: this cache was prepared for {_fname(cache.f)} but was called "
+            f"with {_fname(f)}; prepare a cache for each function.")
+    if len(pairs) != len(cache.spec):
+        raise PreparedCacheSpecError(
+            f"value_and_derivative: {_fname(f)} was prepared with {len(cache.spec)} argument(s) "
+            f"but called with {len(pairs)} (primal, tangent) pair(s).")
+    primals, tangents = [], []
+    for i, (pair, (tree, leaves), paths) in enumerate(zip(pairs, cache.spec, cache.args_paths)):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"value_and_derivative takes one (primal, tangent) pair per argument; "
+                            f"argument {i} is a {type(pair).__name__}.")
+        p, t = pair
+        got_leaves, got_tree = flatten(p)
+        if got_tree != tree:
+            raise _spec_error(cache, f, i, f"has structure {got_tree!r}; prepared with {tree!r}")
+        for path, want, leaf in zip(paths, leaves, got_leaves):
+            got = _leaf_spec(leaf)
+            if got != want:
+                raise _spec_error(cache, f, i, f"{path} is {_describe_spec(got)}; prepared with "
+                                               f"{_describe_spec(want)}")
+        primals.append(p)
+        tangents.append(t)
+    if cache.lanes:
+        k = _lane_count(tangents)
+        if k != cache.lanes:
+            raise PreparedCacheSpecError(
+                f"value_and_derivative: the tangents carry {k} lanes; the cache for {_fname(f)} "
+                f"was prepared with lanes={cache.lanes}.")
+    return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+
+
+def _describe_spec(s):
+    kind, shape, dt = s
+    if shape is None:
+        return f"a {kind}"
+    return f"a {kind} of shape {shape} and dtype {dt}"
+
+
+# --- jacobian ---------------------------------------------------------------------------------
+def jacobian(f, mode="auto", chunk_size=None, argnums=0):
+    """The Jacobian of ``f`` with respect to its argument ``argnums`` (one float array or float).
+
+    ``mp.jacobian(f)(x)`` has shape ``y.shape + x.shape``. ``mode="forward"`` pushes the basis
+    directions through ``f`` in lanes, ``chunk_size`` of them per sweep (default: the
+    ``Config.chunk_size`` in force, else 32); ``mode="reverse"`` records ``f`` once and pulls
+    back each output basis vector; ``"auto"`` picks forward when x has no more elements than y.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.jacobian(lambda x: x[:2] * x[1:], mode="forward")(np.array([1.0, 2.0, 3.0]))
+        array([[2., 1., 0.],
+               [0., 3., 2.]])
+    """
+    if mode not in ("auto", "forward", "reverse"):
+        raise ValueError(f"jacobian: mode must be 'auto', 'forward' or 'reverse', not {mode!r}.")
+
+    @functools.wraps(f)
+    def jacobian_f(*args):
+        i = argnums % len(args) if args else 0
+        x = args[i]
+        if not is_float_leaf(x):
+            raise NonDifferentiableInputError(
+                f"jacobian of {_fname(f)}: argument {argnums} is a {type(x).__name__}"
+                f"{'' if getattr(x, 'dtype', None) is None else f' of dtype {x.dtype}'}; it must "
+                "be one floating-point array or float (for containers use mp.jvp or mp.vjp).")
+        x = np.float64(x) if type(x) is float else x
+
+        def fx(xx):
+            return f(*args[:i], xx, *args[i + 1:])
+        m = mode
+        if m == "auto":
+            y = _check_output(f, fx(x))
+            m = "forward" if np.size(x) <= np.size(y) else "reverse"
+        return _jac_forward(f, fx, x, chunk_size) if m == "forward" else _jac_reverse(f, fx, x)
+    return jacobian_f
+
+
+def _check_output(f, y):
+    if not is_float_leaf(y):
+        raise OutputTypeError(
+            f"jacobian needs {_fname(f)} to return one floating-point array; it returned "
+            f"{type(y).__name__}. For several outputs, take the Jacobian of each, or use mp.jvp / "
+            "mp.vjp.")
+    return y
+
+
+def _jac_forward(f, fx, x, chunk_size):
+    n = int(np.size(x))
+    c = chunk_size or current_config().chunk_size or 32
+    c = max(1, min(int(c), n))
+    cols, y = [], None
+    eye = np.eye(n, dtype=x.dtype)
+    for j0 in range(0, n, c):
+        basis = eye[j0:j0 + c].reshape((-1,) + tuple(np.shape(x)))
+        y, dy = jvp(fx, (x,), (basis,), lanes=True)
+        _check_output(f, y)
+        cols.append(np.reshape(dy, (basis.shape[0], -1)))
+    J = np.concatenate(cols, axis=0).T
+    return J.reshape(tuple(np.shape(y)) + tuple(np.shape(x)))
+
+
+def _jac_reverse(f, fx, x):
+    y, pullback = vjp(fx, x)
+    _check_output(f, y)
+    m = int(np.size(y))
+    rows = []
+    for r in range(m):
+        e = np.zeros(m, dtype=y.dtype)
+        e[r] = 1
+        g, = pullback(e.reshape(np.shape(y)) if np.ndim(y) else e[0])
+        rows.append(np.reshape(g, -1))
+    J = np.stack(rows) if rows else np.zeros((0, int(np.size(x))), dtype=x.dtype)
+    return J.reshape(tuple(np.shape(y)) + tuple(np.shape(x)))

@@ -1,0 +1,258 @@
+"""Second order by forward-over-reverse: Hessian-vector products and Hessians.
+
+``hvp`` makes the differentiated arguments dual numbers ``(x, v)`` and runs the ordinary
+gradient on them: every pullback is written with ``np.`` calls, so on duals their frules fire
+and the gradient comes back as a dual whose tangent is ``H·v``. ``hessian`` does the same with
+``k`` basis directions per sweep, carried as lanes of one dual. There is no second set of rules:
+if an op fails here, the fix is in its frule or its pullback.
+"""
+import functools
+
+import numpy as np
+
+from .api import value_and_grad, _norm_argnums, _fname, is_float_leaf
+from .caches import CacheSpec
+from .config import current_config
+from .errors import TangentError
+from .forward_api import _seed, _result
+from .pytree import flatten
+
+# Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
+# the per-op overhead is shared by many directions, small enough that k copies of every
+# intermediate stay modest.
+DEFAULT_CHUNK = 64
+_MEMORY_BUDGET = 1 << 28  # bytes for the k-lane tangent of the inputs (the tape holds a multiple)
+
+
+def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs):
+    """(value, gradients, Hv) with gradients/Hv per argument in ``nums`` (tuples)."""
+    tangents = [None] * len(args)
+    for i, v in zip(nums, vs):
+        tangents[i] = v
+    tag, dargs = _seed(f, tuple(args), tuple(tangents), lanes)
+    y, grads = value_and_grad(f, argnums=nums)(*dargs, **kwargs)
+    value = _result(y, tag)[0] if is_float_leaf(y) else y
+    gs, hvs = [], []
+    for g in grads:
+        leaves, tree = flatten(g)
+        pairs = [(None, None) if leaf is None else _result(leaf, tag) for leaf in leaves]
+        gs.append(tree.unflatten([p for p, _ in pairs]))
+        hvs.append(tree.unflatten([t for _, t in pairs]))
+    return value, tuple(gs), tuple(hvs)
+
+
+def _split_v(f, argnums, v):
+    if isinstance(argnums, int):
+        return (v,)
+    if not isinstance(v, (tuple, list)) or len(v) != len(argnums):
+        raise TangentError(
+            f"hvp of {_fname(f)} with argnums={argnums!r}: v must be a tuple with one direction "
+            f"per differentiated argument ({len(argnums)}), got {type(v).__name__}.")
+    return tuple(v)
+
+
+def hvp(f, argnums=0, lanes=False):
+    """Hessian-vector product by forward-over-reverse: ``mp.hvp(f)(*args, v)``.
+
+    ``v`` (the last positional argument) is a direction shaped like the differentiated argument,
+    or, for a tuple ``argnums``, a tuple of directions; the result mirrors it:
+    ``Σⱼ ∂²f/∂xₖ∂xⱼ · vⱼ`` for each differentiated argument ``xₖ``. With ``lanes=True``, ``v``
+    carries k directions on a leading axis and k products come back in one sweep.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(x ** 3)
+        >>> mp.hvp(f)(np.array([1.0, 2.0]), np.array([1.0, 1.0]))   # 6 x v
+        array([ 6., 12.])
+    """
+    @functools.wraps(f)
+    def hvp_f(*args_and_v, **kwargs):
+        *args, v = args_and_v
+        nums = _norm_argnums(argnums, len(args), f)
+        _, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v), lanes, kwargs)
+        return hv[0] if isinstance(argnums, int) else hv
+    return hvp_f
+
+
+def _float_leaves(args, nums):
+    """(argnum, leaf index, leaf) for every float leaf of the differentiated arguments."""
+    out = []
+    for i in nums:
+        for j, leaf in enumerate(flatten(args[i])[0]):
+            if is_float_leaf(leaf):
+                out.append((i, j, leaf))
+    return out
+
+
+def _chunk(n, itemsize, chunk_size):
+    k = chunk_size or current_config().chunk_size
+    if not k:
+        k = min(DEFAULT_CHUNK, max(1, _MEMORY_BUDGET // max(1, n * itemsize)))
+    return max(1, min(int(k), n))
+
+
+def _hessian_rows(f, nums, args, kwargs, chunk_size):
+    """Value, gradients and the dense (N, N) Hessian over all float leaves of ``nums``."""
+    leaves = _float_leaves(args, nums)
+    sizes = [int(np.size(leaf)) for _, _, leaf in leaves]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    n = int(offsets[-1])
+    dtype = np.result_type(*[getattr(l, "dtype", np.float64) for _, _, l in leaves]) if leaves \
+        else np.float64
+    k = _chunk(n, np.dtype(dtype).itemsize, chunk_size)
+    H = np.empty((n, n), dtype=dtype)
+    value, grads = None, None
+    for r0 in range(0, n, k):
+        rows = min(k, n - r0)
+        basis = np.zeros((rows, n), dtype=dtype)
+        basis[np.arange(rows), r0 + np.arange(rows)] = 1
+        vs = []
+        for i in nums:
+            arg_leaves, tree = flatten(args[i])
+            tl = [None] * len(arg_leaves)
+            for (ai, j, leaf), a, b in zip(leaves, offsets[:-1], offsets[1:]):
+                if ai == i:
+                    tl[j] = basis[:, a:b].reshape((rows,) + tuple(np.shape(leaf))).astype(
+                        getattr(leaf, "dtype", np.float64), copy=False)
+            vs.append(tree.unflatten(tl))
+        value, grads, hvs = _value_gradient_hvp(f, nums, args, vs, True, kwargs)
+        cols = []
+        for hv in hvs:
+            for t in flatten(hv)[0]:
+                if t is not None:
+                    cols.append(np.reshape(t, (rows, -1)))
+        H[r0:r0 + rows] = np.concatenate(cols, axis=1) if cols else 0
+    return value, grads, H, leaves, offsets
+
+
+def _hessian_blocks(args, nums, H, leaves, offsets, single):
+    """H as the user expects it: ``x.shape + x.shape`` for one array argument, else blocks."""
+    if single and len(leaves) == 1 and flatten(args[nums[0]])[1].kind == "leaf":
+        shape = tuple(np.shape(leaves[0][2]))
+        return H.reshape(shape + shape)
+    spans = {}
+    for (i, _, leaf), a, b in zip(leaves, offsets[:-1], offsets[1:]):
+        lo, hi = spans.get(i, (a, b))
+        spans[i] = (min(lo, a), max(hi, b))
+
+    def shape_of_arg(i):
+        tree_leaves, tree = flatten(args[i])
+        if tree.kind == "leaf":
+            return tuple(np.shape(tree_leaves[0]))
+        return (spans[i][1] - spans[i][0],)  # containers: their float leaves flattened
+    blocks = tuple(tuple(H[slice(*spans[i]), slice(*spans[j])].reshape(
+        shape_of_arg(i) + shape_of_arg(j)) for j in nums) for i in nums)
+    return blocks[0][0] if single else blocks
+
+
+def hessian(f, argnums=0, chunk_size=None):
+    """The Hessian of a scalar function by forward-over-reverse, ``chunk_size`` directions a sweep.
+
+    For one array argument of shape ``s`` the result has shape ``s + s``. For a tuple
+    ``argnums`` it is a tuple of tuples of blocks, block ``(i, j)`` shaped
+    ``args[i].shape + args[j].shape`` (a container argument counts as its float leaves
+    flattened). ``chunk_size`` (default: ``Config.chunk_size``, else up to 64 directions within a
+    memory budget) sets how many basis directions ride as lanes of one sweep.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.hessian(lambda x: x[0] ** 2 * x[1])(np.array([1.0, 3.0]))
+        array([[6., 2.],
+               [2., 0.]])
+    """
+    single = isinstance(argnums, int)
+
+    @functools.wraps(f)
+    def hessian_f(*args, **kwargs):
+        nums = _norm_argnums(argnums, len(args), f)
+        _, _, H, leaves, offsets = _hessian_rows(f, nums, args, kwargs, chunk_size)
+        return _hessian_blocks(args, nums, H, leaves, offsets, single)
+    return hessian_f
+
+
+# --- prepared caches ----------------------------------------------------------------------
+class HVPCache:
+    """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`."""
+
+    def __init__(self, f, args):
+        self.spec = CacheSpec("hvp", f, args)
+
+
+class HessianCache:
+    """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`."""
+
+    def __init__(self, f, args, chunk_size):
+        self.spec = CacheSpec("hessian", f, args)
+        self.chunk_size = chunk_size
+
+
+def prepare_hvp_cache(f, *args):
+    """Prepare Hessian-vector products of ``f`` at arguments shaped like ``args``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> logp = lambda x: -0.5 * np.sum(x ** 2)
+        >>> x = np.ones(3, dtype=np.float32)
+        >>> c = mp.prepare_hvp_cache(logp, x)
+        >>> y, g, Hv = mp.value_and_hvp(c, logp, np.ones(3, dtype=np.float32), x)
+        >>> Hv
+        array([-1., -1., -1.], dtype=float32)
+    """
+    return HVPCache(f, args)
+
+
+def value_and_hvp(cache, f, v, *args):
+    """``(f(*args), ∇f, ∇²f·v)`` for every float argument.
+
+    With one argument ``v`` is shaped like it; with several, ``v`` is a tuple with one direction
+    per argument (``None`` for non-float ones) and the gradient and ``Hv`` are tuples likewise.
+    The arguments are checked against the preparation (PreparedCacheSpecError).
+    """
+    cache.spec.check(f, args)
+    nums = cache.spec.float_args
+    if len(args) == 1:
+        vs = (v,)
+    else:
+        if not isinstance(v, (tuple, list)) or len(v) != len(args):
+            raise TangentError(f"value_and_hvp of {_fname(f)}: with {len(args)} arguments, v must "
+                               "be a tuple with one direction per argument (None for constants).")
+        vs = tuple(v[i] for i in nums)
+    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {})
+    if len(args) == 1:
+        return value, gs[0] if gs else None, hvs[0] if hvs else None
+    return value, _full(len(args), nums, gs), _full(len(args), nums, hvs)
+
+
+def _full(n, nums, items):
+    out = [None] * n
+    for i, x in zip(nums, items):
+        out[i] = x
+    return tuple(out)
+
+
+def prepare_hessian_cache(f, *args, chunk_size=None):
+    """Prepare Hessians of ``f`` at arguments shaped like ``args``; see :func:`hessian`.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(np.sin(x))
+        >>> c = mp.prepare_hessian_cache(f, np.zeros(2))
+        >>> y, g, H = mp.value_gradient_and_hessian(c, f, np.zeros(2))
+        >>> H
+        array([[-0., -0.],
+               [-0., -0.]])
+    """
+    return HessianCache(f, args, chunk_size)
+
+
+def value_gradient_and_hessian(cache, f, *args):
+    """``(f(*args), ∇f, ∇²f)``; with several float arguments the gradient is a tuple and the
+    Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``."""
+    cache.spec.check(f, args)
+    nums = cache.spec.float_args
+    value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size)
+    single = len(args) == 1
+    blocks = _hessian_blocks(args, nums, H, leaves, offsets, single)
+    if single:
+        return value, gs[0], blocks
+    return value, _full(len(args), nums, gs), blocks
