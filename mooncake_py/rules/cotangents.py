@@ -34,3 +34,33 @@ class IndexedCotangent:
         else:
             np.add.at(buf, self.index, self.values)
         return buf
+
+
+def _int_key(key):
+    if type(key) is not tuple:
+        key = (key,)
+    return key if all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+                      for k in key) else None
+
+
+class IndexedCotangentList:
+    """Several sparse contributions to one array's cotangent, added up only when needed.
+
+    The sweep collects here the contributions it cannot add in place (values that are dual
+    numbers, in forward-over-reverse), so that n reads ``x[i]`` cost one scatter at the end
+    instead of n dense arrays.
+    """
+    __slots__ = ("shape", "items")
+
+    def __init__(self, shape, items):
+        self.shape, self.items = shape, items
+
+    def dense(self):
+        keys = [_int_key(it.index) for it in self.items]
+        if all(k is not None and len(k) == len(keys[0]) for k in keys):
+            index = tuple(np.array(col, dtype=np.intp) for col in zip(*keys))
+            return scatter_add(self.shape, index, np.stack([it.values for it in self.items]))
+        total = self.items[0].dense()
+        for it in self.items[1:]:
+            total = total + it.dense()
+        return total

@@ -1,20 +1,26 @@
-"""Reverse rules for linear algebra: matmul, dot, vdot, inner, outer, tensordot, einsum, trace,
-kron; numpy.linalg inv, solve, det, slogdet, cholesky, eigh, eigvalsh; and the scipy.linalg
-triangular solves ``solve_triangular`` / ``cho_solve`` as primitives (exported to
+"""Reverse and forward rules for linear algebra: matmul, dot, vdot, inner, outer, tensordot,
+einsum, trace, kron; numpy.linalg inv, solve, det, slogdet, cholesky, eigh, eigvalsh; and the
+scipy.linalg triangular solves ``solve_triangular`` / ``cho_solve`` as primitives (exported to
 ``mooncake_py.linalg``).
 
 Matrix functions act on the last two axes and broadcast over leading (batch) axes, as NumPy does.
 A right-hand side ``b`` is a vector when it is 1-D and a stack of matrices otherwise (NumPy 2 and
 SciPy's batched semantics). ``cholesky`` and ``eigh`` read one triangle of a matrix that is meant
 to be symmetric; their cotangents are returned symmetric, i.e. they are the derivative with
-respect to a symmetric input.
+respect to a symmetric input. Their forward rules likewise use the symmetric part of the
+input's tangent, so that forward and reverse mode agree.
+
+Every forward rule is lane-aware (``@frule(fn, lanes=True)``): tangents arrive with a leading
+lane axis of k directions. Products contract the lane axis nowhere; the solves fold the k lanes
+into the columns of one right-hand side, so k directions cost one factorisation.
 """
 import string
 
 import numpy as np
 
-from .registry import rrule, primitive
+from .registry import rrule, frule, primitive
 from .broadcasting import unbroadcast, shape_of
+from .lanes import align, lane_matmul, nlanes
 
 __all__ = ["solve_triangular", "cho_solve"]
 
@@ -68,6 +74,26 @@ def _sym(x):
     return (x + _mT(x)) / 2
 
 
+def _tan(tangents, i):
+    """The tangent of positional argument ``i`` (None also when it was not passed)."""
+    return tangents[i] if i < len(tangents) else None
+
+
+def _addt(s, t):
+    """Sum of two tangents, either of which may be None (zero)."""
+    return t if s is None else s if t is None else s + t
+
+
+def _lane_solve(solve, r):
+    """``solve(r)`` for a lane-first stack of column matrices ``r`` (k, ..., n, m): the lanes are
+    folded into the columns, so one call (one factorisation) serves every lane."""
+    s = shape_of(r)
+    k, m = s[0], s[-1]
+    x = solve(np.reshape(np.moveaxis(r, 0, -2), tuple(s[1:-1]) + (k * m,)))
+    xs = shape_of(x)
+    return np.moveaxis(np.reshape(x, tuple(xs[:-1]) + (k, m)), -2, 0)
+
+
 # --- products -------------------------------------------------------------------------------
 @rrule(np.matmul, needs=True)
 def _matmul(needs, a, b, **kw):
@@ -88,6 +114,13 @@ def _matmul(needs, a, b, **kw):
             gb = np.reshape(unbroadcast(np.matmul(_mT(a2), g2), shape_of(b2)), sb)
         return _pad(needs, ga, gb)
     return y, pullback
+
+
+@frule(np.matmul, lanes=True)
+def _matmul_f(primals, tangents, **kw):
+    (a, b), (da, db) = primals, tangents
+    return np.matmul(a, b, **kw), _addt(None if da is None else lane_matmul(da, b, True),
+                                        None if db is None else lane_matmul(a, db, False))
 
 
 def _normalize_tensordot_axes(axes, nda, ndb):
@@ -132,6 +165,19 @@ def _scalar_product_pullback(needs, g, a, b):
             unbroadcast(g * a, shape_of(b)) if needs[1] else None)
 
 
+def _tensordot_tangent(a, b, da, db, ia, ib):
+    """Lane-first tangent of ``tensordot(a, b, axes=(ia, ib))`` (normalized axes): the lane
+    axis is a free axis of ``da`` (first already) or of ``db`` (moved first)."""
+    ta = tb = None
+    if da is not None:
+        ta = np.tensordot(da, b, axes=([i + 1 for i in ia], ib))
+    if db is not None:
+        tb = np.tensordot(a, db, axes=(ia, [j + 1 for j in ib]))
+        nfa = len(shape_of(a)) - len(ia)
+        tb = np.moveaxis(tb, nfa, 0) if nfa else tb
+    return _addt(ta, tb)
+
+
 @rrule(np.tensordot, needs=True)
 def _tensordot(needs, a, b, axes=2):
     y = np.tensordot(a, b, axes)
@@ -139,10 +185,26 @@ def _tensordot(needs, a, b, axes=2):
     return y, lambda g: _pad(needs, *_tensordot_pullback(needs, g, a, b, ia, ib))
 
 
+@frule(np.tensordot, lanes=True)
+def _tensordot_f(primals, tangents, **kw):
+    def go(a, b, axes=2):
+        ia, ib = _normalize_tensordot_axes(axes, len(shape_of(a)), len(shape_of(b)))
+        return np.tensordot(a, b, axes), _tensordot_tangent(a, b, _tan(tangents, 0),
+                                                            _tan(tangents, 1), ia, ib)
+    return go(*primals, **kw)
+
+
 def _linalg_tensordot(needs, x1, x2, axes=2):
     y = np.linalg.tensordot(x1, x2, axes=axes)
     ia, ib = _normalize_tensordot_axes(axes, len(shape_of(x1)), len(shape_of(x2)))
     return y, lambda g: _pad(needs, *_tensordot_pullback(needs, g, x1, x2, ia, ib))
+
+
+def _linalg_tensordot_f(primals, tangents, axes=2):
+    x1, x2 = primals
+    ia, ib = _normalize_tensordot_axes(axes, len(shape_of(x1)), len(shape_of(x2)))
+    return (np.linalg.tensordot(x1, x2, axes=axes),
+            _tensordot_tangent(x1, x2, tangents[0], tangents[1], ia, ib))
 
 
 def _contracting_rule(fn, b_axis):
@@ -162,6 +224,28 @@ rrule(np.dot, needs=True)(_contracting_rule(np.dot, lambda nd: max(nd - 2, 0)))
 rrule(np.inner, needs=True)(_contracting_rule(np.inner, lambda nd: nd - 1))
 
 
+def _contracting_frule(fn, b_axis):
+    """Forward rule for dot/inner (see :func:`_contracting_rule`): bilinear, so ẏ = f(ȧ, b) +
+    f(a, ḃ), each term a lane-first tensordot (or product, for a scalar operand)."""
+    def rule(primals, tangents, **kw):
+        da, db = _tan(tangents, 0), _tan(tangents, 1)
+
+        def go(a, b, *rest):
+            y = fn(a, b, *rest)
+            nda, ndb = len(shape_of(a)), len(shape_of(b))
+            if nda == 0 or ndb == 0:
+                nd = len(shape_of(y))
+                return y, _addt(None if da is None else align(da, nd) * b,
+                                None if db is None else a * align(db, nd))
+            return y, _tensordot_tangent(a, b, da, db, [nda - 1], [b_axis(ndb)])
+        return go(*primals, **kw)
+    return rule
+
+
+frule(np.dot, lanes=True)(_contracting_frule(np.dot, lambda nd: max(nd - 2, 0)))
+frule(np.inner, lanes=True)(_contracting_frule(np.inner, lambda nd: nd - 1))
+
+
 @rrule(np.vdot, needs=True)
 def _vdot(needs, a, b):
     y = np.vdot(a, b)
@@ -171,6 +255,14 @@ def _vdot(needs, a, b):
         return _pad(needs, np.reshape(g * b, shape_of(a)) if need[0] else None,
                     np.reshape(g * a, shape_of(b)) if need[1] else None)
     return y, pullback
+
+
+@frule(np.vdot, lanes=True)
+def _vdot_f(primals, tangents):
+    (a, b), (da, db) = primals, tangents
+    flat = (lambda t: np.reshape(t, (nlanes(t), -1)))  # each lane flattened, as vdot does
+    return np.vdot(a, b), _addt(None if da is None else np.matmul(flat(da), np.reshape(b, (-1,))),
+                                None if db is None else np.matmul(flat(db), np.reshape(a, (-1,))))
 
 
 def _outer_rule(fn):
@@ -192,11 +284,32 @@ def _outer_rule(fn):
 rrule(np.outer, needs=True)(_outer_rule(np.outer))
 
 
+def _outer_frule(fn):
+    def rule(primals, tangents, **kw):
+        da, db = _tan(tangents, 0), _tan(tangents, 1)
+
+        def go(a, b, *rest):
+            ta = tb = None
+            if da is not None:  # ȧ_i b_j for each lane
+                ta = np.reshape(da, (nlanes(da), -1, 1)) * np.reshape(b, (1, -1))
+            if db is not None:
+                tb = np.reshape(a, (-1, 1)) * np.reshape(db, (nlanes(db), 1, -1))
+            return fn(a, b, *rest), _addt(ta, tb)
+        return go(*primals, **kw)
+    return rule
+
+
+frule(np.outer, lanes=True)(_outer_frule(np.outer))
+
+
 # The array-API spellings in np.linalg (NumPy 2) are separate functions with the same rules.
 if hasattr(np.linalg, "matmul"):
     rrule(np.linalg.matmul, needs=True)(lambda needs, x1, x2: _matmul(needs, x1, x2))
     rrule(np.linalg.outer, needs=True)(_outer_rule(np.linalg.outer))
     rrule(np.linalg.tensordot, needs=True)(_linalg_tensordot)
+    frule(np.linalg.matmul, lanes=True)(_matmul_f)
+    frule(np.linalg.outer, lanes=True)(_outer_frule(np.linalg.outer))
+    frule(np.linalg.tensordot, lanes=True)(_linalg_tensordot_f)
 
 
 @rrule(np.kron, needs=True)
@@ -222,6 +335,26 @@ def _kron(needs, a, b):
     return y, pullback
 
 
+@frule(np.kron, lanes=True)
+def _kron_f(primals, tangents, **kw):
+    da, db = _tan(tangents, 0), _tan(tangents, 1)
+
+    def go(a, b):
+        sa, sb = shape_of(a), shape_of(b)
+        nd = max(len(sa), len(sb))
+        sa1 = (1,) * (nd - len(sa)) + tuple(sa)
+        sb1 = (1,) * (nd - len(sb)) + tuple(sb)
+        # kron of a lane-first tangent with the other operand given a leading axis of size 1
+        # keeps the lane axis as it is (index i*1 + 0 = i) and is kron on every other axis.
+        ta = tb = None
+        if da is not None:
+            ta = np.kron(np.reshape(da, (nlanes(da),) + sa1), np.reshape(b, (1,) + sb1))
+        if db is not None:
+            tb = np.kron(np.reshape(a, (1,) + sa1), np.reshape(db, (nlanes(db),) + sb1))
+        return np.kron(a, b), _addt(ta, tb)
+    return go(*primals, **kw)
+
+
 def _trace_pullback(g, shape, offset, axis1, axis2):
     nd = len(shape)
     ax1, ax2 = axis1 % nd, axis2 % nd
@@ -237,6 +370,15 @@ def _trace(needs, a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     return y, lambda g: _pad(needs, _trace_pullback(g, shape, offset, axis1, axis2))
 
 
+@frule(np.trace, lanes=True)
+def _trace_f(primals, tangents, **kw):
+    def go(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        nd = len(shape_of(a))
+        return (np.trace(a, offset, axis1, axis2, dtype),
+                np.trace(tangents[0], offset, axis1 % nd + 1, axis2 % nd + 1, dtype))
+    return go(*primals, **kw)
+
+
 def _linalg_trace(needs, x, offset=0, dtype=None):
     y = np.linalg.trace(x, offset=offset, dtype=dtype)
     shape = shape_of(x)
@@ -245,6 +387,10 @@ def _linalg_trace(needs, x, offset=0, dtype=None):
 
 if hasattr(np.linalg, "trace"):
     rrule(np.linalg.trace, needs=True)(_linalg_trace)
+    frule(np.linalg.trace, lanes=True)(
+        lambda primals, tangents, offset=0, dtype=None:
+        (np.linalg.trace(primals[0], offset=offset, dtype=dtype),
+         np.linalg.trace(tangents[0], offset=offset, dtype=dtype)))
 
 
 # --- einsum ---------------------------------------------------------------------------------
@@ -343,11 +489,36 @@ def _einsum(needs, *args, out=None, optimize=False, **kw):
     return y, pullback
 
 
+@frule(np.einsum, lanes=True)
+def _einsum_f(primals, tangents, out=None, optimize=False, **kw):
+    y = np.einsum(*primals, optimize=optimize, **kw)
+    pos, ins, osub = _einsum_spec(primals)
+    ops = [primals[k] for k in pos]
+    opt = optimize if isinstance(optimize, (bool, str)) else True
+    # Multilinear: one einsum per operand with a tangent, that operand's lanes on a fresh label.
+    lane = next(c for c in string.ascii_letters if c not in set("".join(ins) + osub))
+    total = None
+    for n, k in enumerate(pos):
+        t = tangents[k]
+        if t is not None:
+            subs = ",".join(lane + s if j == n else s for j, s in enumerate(ins))
+            total = _addt(total, np.einsum(subs + "->" + lane + osub,
+                                           *[t if j == n else o for j, o in enumerate(ops)],
+                                           optimize=opt))
+    return y, total
+
+
 # --- numpy.linalg ---------------------------------------------------------------------------
 @rrule(np.linalg.inv)
 def _inv(a):
     y = np.linalg.inv(a)
     return y, lambda g: (-np.matmul(_mT(y), np.matmul(g, _mT(y))),)
+
+
+@frule(np.linalg.inv, lanes=True)
+def _inv_f(primals, tangents):
+    y = np.linalg.inv(primals[0])
+    return y, -np.matmul(y, np.matmul(tangents[0], y))
 
 
 def _solve_pullback(needs, g, a, b, x, solve_transposed, a_cotangent, vec=None):
@@ -376,10 +547,45 @@ def _solve(needs, a, b):
     return x, pullback
 
 
+def _solve_tangent(solve, b, x, db, dax, vec):
+    """ẋ = solve(ḃ - Ȧx) for lane-first ``db`` and ``dax`` = (a callable giving) Ȧx on column
+    stacks; ``solve`` acts on column stacks, ``vec``: whether b is a (stack of) vector(s)."""
+    xm = _cols(x, vec)
+    nd = len(shape_of(xm))
+    rhs = None if db is None else align(_cols(db, vec), nd)
+    if dax is not None:
+        rhs = _addt(rhs, -dax(xm, nd))
+    return _uncols(_lane_solve(solve, rhs), vec)
+
+
+@frule(np.linalg.solve, lanes=True)
+def _solve_f(primals, tangents, **kw):
+    da, db = _tan(tangents, 0), _tan(tangents, 1)
+
+    def go(a, b):
+        x = np.linalg.solve(a, b)
+        dax = None if da is None else (lambda xm, nd: np.matmul(align(da, nd), xm))
+        return x, _solve_tangent(lambda r: np.linalg.solve(a, r), b, x, db, dax,
+                                 _is_vector_rhs(a, b))
+    return go(*primals, **kw)
+
+
+def _tr_inv_times(a, da):
+    """tr(A⁻¹ Ȧ) for each lane (and batch) of a lane-first ``da``."""
+    return np.sum(_mT(np.linalg.inv(a)) * da, axis=(-2, -1))
+
+
 @rrule(np.linalg.det)
 def _det(a):
     d = np.linalg.det(a)
     return d, lambda g: (_as_matrix_scalar(g * d) * _mT(np.linalg.inv(a)),)
+
+
+@frule(np.linalg.det, lanes=True)
+def _det_f(primals, tangents):
+    (a,), (da,) = primals, tangents
+    d = np.linalg.det(a)
+    return d, d * _tr_inv_times(a, da)
 
 
 @rrule(np.linalg.slogdet)
@@ -390,6 +596,12 @@ def _slogdet(a):
         _, glogabs = gs  # the sign is piecewise constant
         return (_as_matrix_scalar(glogabs) * _mT(np.linalg.inv(a)),)
     return res, pullback
+
+
+@frule(np.linalg.slogdet, lanes=True)
+def _slogdet_f(primals, tangents):
+    (a,), (da,) = primals, tangents
+    return np.linalg.slogdet(a), (None, _tr_inv_times(a, da))  # the sign is piecewise constant
 
 
 def _phi_mask(n, dtype):
@@ -412,6 +624,19 @@ def _cholesky(a, upper=False):
     return y, pullback
 
 
+@frule(np.linalg.cholesky, lanes=True)
+def _cholesky_f(primals, tangents, **kw):
+    def go(a, upper=False):
+        y = np.linalg.cholesky(a, upper=True) if upper else np.linalg.cholesky(a)
+        L = _mT(y) if upper else y
+        # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ).
+        solve_l = (lambda r: solve_triangular(L, r, lower=True))
+        z = _lane_solve(solve_l, _mT(_lane_solve(solve_l, _sym(tangents[0]))))
+        dL = np.matmul(L, z * _phi_mask(shape_of(L)[-1], _dtype(z)))
+        return y, _mT(dL) if upper else dL
+    return go(*primals, **kw)
+
+
 def _eigh_cotangent(w, v, gw, gv):
     """Ā = V (diag(w̄) + F ∘ Vᵀ V̄) Vᵀ, symmetrised, with F_ij = 1/(λ_j - λ_i) off the diagonal.
 
@@ -428,6 +653,23 @@ def _eigh_cotangent(w, v, gw, gv):
     return _sym(np.matmul(inner, _mT(v)))
 
 
+def _eigh_tangents(w, v, da, vectors):
+    """λ̇ = diag(Vᵀ Ȧ V) and (if ``vectors``) V̇ = V (F ∘ Vᵀ Ȧ V), Ȧ symmetrised, F as in
+    :func:`_eigh_cotangent` (0 for exactly equal eigenvalues: same limitation).
+
+    At exactly repeated eigenvalues, tangents of symmetric functions of the eigenvalues stay
+    exact, but second order does not: an HVP of ``Σ g(λ)`` there lacks the g''(λ)·(Vᵀ Ȧ V)_ij
+    terms within the eigenspace (its limit is not visible to this rule).
+    """
+    m = np.matmul(_mT(v), np.matmul(_sym(da), v))
+    dw = np.einsum("...ii->...i", m)
+    if not vectors:
+        return dw
+    d = np.expand_dims(w, -2) - np.expand_dims(w, -1)
+    f = (d != 0) / (d + (d == 0))
+    return dw, np.matmul(v, f * m)
+
+
 @rrule(np.linalg.eigh, needs=True)
 def _eigh(needs, a, UPLO="L"):
     res = np.linalg.eigh(a, UPLO)
@@ -439,10 +681,26 @@ def _eigh(needs, a, UPLO="L"):
     return res, pullback
 
 
+@frule(np.linalg.eigh, lanes=True)
+def _eigh_f(primals, tangents, **kw):
+    def go(a, UPLO="L"):
+        res = np.linalg.eigh(a, UPLO)
+        return res, _eigh_tangents(res[0], res[1], tangents[0], True)
+    return go(*primals, **kw)
+
+
 @rrule(np.linalg.eigvalsh, needs=True)
 def _eigvalsh(needs, a, UPLO="L"):
     w, v = np.linalg.eigh(a, UPLO)
     return w, lambda g: _pad(needs, _eigh_cotangent(w, v, g, None))
+
+
+@frule(np.linalg.eigvalsh, lanes=True)
+def _eigvalsh_f(primals, tangents, **kw):
+    def go(a, UPLO="L"):
+        w, v = np.linalg.eigh(a, UPLO)
+        return w, _eigh_tangents(w, v, tangents[0], False)
+    return go(*primals, **kw)
 
 
 # --- scipy.linalg triangular solves -----------------------------------------------------------
@@ -520,6 +778,23 @@ def _solve_triangular(needs, a, b, trans=0, lower=False, unit_diagonal=False, ov
     return x, pullback
 
 
+@frule(solve_triangular, lanes=True)
+def _solve_triangular_f(primals, tangents, **kw):
+    da, db = _tan(tangents, 0), _tan(tangents, 1)
+
+    def go(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
+        t = _TRANS[trans]
+        opts = dict(trans=t, lower=lower, unit_diagonal=unit_diagonal, check_finite=check_finite)
+        x = solve_triangular(a, b, **opts)
+
+        def dax(xm, nd):  # only the triangle read moves
+            dt = align(da * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(da)), nd)
+            return np.matmul(_mT(dt) if t else dt, xm)
+        return x, _solve_tangent(lambda r: solve_triangular(a, r, **opts), b, x, db,
+                                 None if da is None else dax, len(shape_of(b)) == 1)
+    return go(*primals, **kw)
+
+
 @primitive
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """Solve ``A x = b`` given the Cholesky factor ``(c, lower)`` of ``A``, as
@@ -567,3 +842,26 @@ def _cho_solve(needs, c_and_lower, b, overwrite_b=False, check_finite=True):
                                  lambda gm: cho_solve((c, lower), gm), a_cotangent)
         return _pad(needs, None if gc is None else (gc, None), gb)
     return x, pullback
+
+
+@frule(cho_solve, lanes=True)
+def _cho_solve_f(primals, tangents, **kw):
+    dcl, db = _tan(tangents, 0), _tan(tangents, 1)
+    dc = None if dcl is None else dcl[0]
+
+    def go(c_and_lower, b, overwrite_b=False, check_finite=True):
+        c, lower = c_and_lower
+        x = cho_solve((c, lower), b, check_finite=check_finite)
+
+        def dax(xm, nd):
+            # Ȧx for A = C Cᵀ (lower) or Cᵀ C (upper), C and Ċ masked to the triangle read.
+            mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(dc))
+            cm, dcm = c * mask, align(dc * mask, nd)
+            if lower:
+                return (np.matmul(dcm, np.matmul(_mT(cm), xm))
+                        + np.matmul(cm, np.matmul(_mT(dcm), xm)))
+            return (np.matmul(_mT(dcm), np.matmul(cm, xm))
+                    + np.matmul(_mT(cm), np.matmul(dcm, xm)))
+        return x, _solve_tangent(lambda r: cho_solve((c, lower), r, check_finite=check_finite),
+                                 b, x, db, None if dc is None else dax, len(shape_of(b)) == 1)
+    return go(*primals, **kw)

@@ -15,7 +15,7 @@ from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, FRULES, fn_name
-from ..rules.cotangents import IndexedCotangent
+from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
 from .tracked import TrackedArray
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
@@ -46,6 +46,7 @@ class Tape:
         self._level = new_level()
         self._pullbacks = []
         self._parents = []
+        self._fns = []  # the function each node recorded, to name it in errors from its pullback
         self._debug = current_config().debug_mode
         self._meta = [] if self._debug else None
 
@@ -76,10 +77,11 @@ class Tape:
                 "it as a constant (outside argnums).")
         return self._new(x, None, None)
 
-    def _new(self, value, pullback, parents):
+    def _new(self, value, pullback, parents, fn=None):
         node = len(self._parents)
         self._pullbacks.append(pullback)
         self._parents.append(parents)
+        self._fns.append(fn)
         if self._debug:
             self._meta.append((None, None) if value is None else
                               (getattr(value, "shape", ()), getattr(value, "dtype", None)))
@@ -159,7 +161,7 @@ class Tape:
         if _is_float(out):
             if type(out) is float:
                 out = np.float64(out)
-            t = self._new(out, pullback, parents)
+            t = self._new(out, pullback, parents, fn)
             if self._debug:
                 self._pullbacks[-1] = _checked(fn, pullback, parents, self._meta)
             return t
@@ -174,7 +176,7 @@ class Tape:
         def multi_pullback(gs):
             return pullback(tuple(np.zeros_like(o) if g is None else g
                                   for g, o in zip(gs, templates)))
-        op = self._new(None, multi_pullback, parents)
+        op = self._new(None, multi_pullback, parents, fn)
         wrapped = []
         for k, o in enumerate(outs):
             if _is_float(o):
@@ -222,9 +224,12 @@ class Tape:
                     continue
                 if i not in keep:
                     cts[i] = None
-                if type(g) is IndexedCotangent:
+                if type(g) in _SPARSE:
                     g = g.dense()
-                gs = pb(g)
+                try:
+                    gs = pb(g)
+                except MissingRuleError as e:
+                    raise _reached_from(e, self._fns[i]) from e
                 for p, gp in zip(parents[i], gs):
                     if p is None or gp is None:
                         continue
@@ -235,10 +240,19 @@ class Tape:
                     else:
                         _accumulate(cts, owned, p, gp)
             for k in keep:
-                if type(cts[k]) is IndexedCotangent:
+                if type(cts[k]) in _SPARSE:
                     cts[k] = cts[k].dense()
         finally:
             _SWEEPING.reset(token)
+
+
+def _reached_from(err, fn):
+    """The same error, saying which recorded op's pullback needed the missing rule."""
+    if fn is None or "Reached from the pullback" in str(err):
+        return err
+    return type(err)(f"{err} (Reached from the pullback of {fn_name(fn)}: second order runs "
+                     "every pullback on dual numbers, so each function a pullback calls needs a "
+                     "forward rule.)")
 
 
 class _Projection:
@@ -264,6 +278,12 @@ def _accumulate(cts, owned, p, g):
         cts[p] = tuple(a if b is None else b if a is None else _add(a, b) for a, b in zip(cur, g))
         return
     if p in owned and _add_inplace(cur, g):
+        return
+    if type(g) is IndexedCotangent and type(cur) in _SPARSE and not (_plain(cur) and _plain(g)):
+        # sparse contributions that cannot be added in place: collect, scatter once later
+        items = cur.items if type(cur) is IndexedCotangentList else [cur]
+        items.append(g)
+        cts[p] = IndexedCotangentList(g.shape, items)
         return
     if _plain(cur) and _plain(g):
         buf = _fresh_buffer(cur, g)
@@ -306,10 +326,13 @@ def _add_inplace(buf, g):
     return False
 
 
+_SPARSE = (IndexedCotangent, IndexedCotangentList)
+
+
 def _add(a, b):
-    if type(a) is IndexedCotangent:
+    if type(a) in _SPARSE:
         a = a.dense()
-    if type(b) is IndexedCotangent:
+    if type(b) in _SPARSE:
         b = b.dense()
     return a + b
 
@@ -417,7 +440,7 @@ def _checked(fn, pullback, parents, meta):
             for q, gq in (zip(p, gp) if type(p) is tuple else [(p, gp)]):
                 if q is None or gq is None or meta[q][0] is None:
                     continue
-                if type(gq) is IndexedCotangent:
+                if type(gq) in _SPARSE:
                     gq = gq.dense()
                 shp, dt = meta[q]
                 gshape = tuple(getattr(gq, "shape", np.shape(gq)))
