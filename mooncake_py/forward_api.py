@@ -136,7 +136,8 @@ class DerivativeCache:
         self.f, self.spec, self.lanes, self.args_paths = f, spec, lanes, args_paths
 
     def __repr__(self):
-        return f"DerivativeCache({_fname(self.f)}, {len(self.spec)} argument(s), lanes={self.lanes})"
+        return (f"DerivativeCache({_fname(self.f)}, {len(self.spec)} argument(s), "
+                f"lanes={self.lanes})")
 
 
 def prepare_derivative_cache(f, *args, lanes=None):

@@ -8,8 +8,8 @@ import pytest
 import mooncake_py as mp
 from mooncake_py.config import Config
 from mooncake_py.dispatch import WRAPPER_TYPES
-from mooncake_py.dual import DualArray, Tag, dual, primal, tangent, elementwise as ew
-from mooncake_py.dual import core_rules
+from mooncake_py.dual import DualArray, dual, primal, tangent, elementwise as ew
+from mooncake_py.dual import core_rules, kernels_cpu
 from mooncake_py.errors import (MissingRuleError, MutationError, NonDifferentiableInputError,
                                 RuleError, TangentError, TrackingLostError)
 from mooncake_py.forward_api import jvp
@@ -60,12 +60,28 @@ def test_writes_and_out_arguments_are_refused():
 def test_missing_rule_names_function_mode_and_decorator():
     @primitive
     def mystery(x):
-        return x * 2
+        return np.asarray(x) * 2  # a body forward mode cannot trace
     with pytest.raises(MissingRuleError) as e:
         mystery(dual(np.ones(2), np.ones(2)))
     msg = str(e.value)
     assert "forward-mode rule (frule)" in msg and "mystery" in msg
     assert "@mp.frule(" in msg and "lanes=True" in msg and "zero_derivative" in msg
+    assert "through its body" in msg and isinstance(e.value.__cause__, TrackingLostError)
+    with pytest.raises(MissingRuleError, match="frule"):  # not a primitive: nothing to trace
+        np.fft.fft(dual(np.ones(2), np.ones(2)))
+
+
+def test_primitive_without_frule_is_differentiated_through_its_body():
+    @primitive
+    def softplus(x):
+        return np.log1p(np.exp(x))
+
+    @mp.rrule(softplus)
+    def _(x):
+        return softplus(x), lambda g: (g / (1 + np.exp(-x)),)
+    x = np.linspace(-2, 2, 5)
+    _, d = jvp(softplus, (x,), (np.ones(5),))
+    np.testing.assert_allclose(d, 1 / (1 + np.exp(-x)), rtol=1e-14)
 
 
 # --- tags, nesting --------------------------------------------------------------------------------
@@ -97,7 +113,7 @@ def test_like_shares_a_tag():
     assert type(a * c) is DualArray and type(primal(a * c)) is DualArray
 
 
-# --- lanes and the rule conventions ----------------------------------------------------------------
+# --- lanes and the rule conventions ---------------------------------------------------------
 def test_lanes_equal_one_direction_at_a_time():
     rng = np.random.default_rng(0)
     x, V = rng.uniform(0.5, 2, (4, 3)), rng.standard_normal((5, 4, 3))
@@ -207,7 +223,7 @@ def test_shift_axis_and_align():
     assert L.align(np.ones((2, 5)), 3).shape == (2, 1, 1, 5)
 
 
-# --- the provisional core rules (forward, reverse and forward-over-reverse) -------------------------
+# --- the provisional core rules (forward, reverse and forward-over-reverse) ------------------
 X = np.linspace(-1.3, 1.7, 12).reshape(3, 4)
 
 
@@ -322,3 +338,21 @@ def test_jvp_of_grad_is_an_hvp():
     g, hv = jvp(mp.grad(_f_mlp), (x,), (v,))
     np.testing.assert_allclose(g, mp.grad(_f_mlp)(x), rtol=1e-13)
     np.testing.assert_allclose(hv, _h_mlp(x) @ v, rtol=1e-12)
+
+
+def test_reverse_over_forward_composes_too():
+    # grad of a directional derivative: a tape outside, a dual inside
+    x, v = np.linspace(-1, 1, 6), np.arange(6.0)
+    g = mp.grad(lambda x: jvp(_f_mlp, (x,), (v,))[1])(x)
+    np.testing.assert_allclose(g, _h_mlp(x) @ v, rtol=1e-12)
+
+
+def test_fused_pullback_accepts_a_broadcast_cotangent(monkeypatch):
+    # the first pullback after a sum gets a zero-stride view of the seed: passed as a number
+    monkeypatch.setattr(ew, "KERNEL_MIN_SIZE", 0)
+    x, v = np.linspace(-1, 1, 50), np.ones(50)
+    g, hv = hvp(lambda x: np.sum(np.tanh(x)), x, v)
+    t = np.tanh(x)
+    np.testing.assert_allclose(hv, -2 * t * (1 - t * t), rtol=1e-13)
+    assert any("tanh_pullback0_01_float64_sg" in k.__name__
+               for k in kernels_cpu.loaded_kernels().values())

@@ -82,3 +82,9 @@ def test_rule_error_in_debug_mode():
         with pytest.raises(mp.RuleError, match="twice"):
             mp.grad(lambda x: np.sum(twice(x)))(np.ones(3))
     _ok()
+
+
+def test_ufunc_out_argument_is_a_mutation_error():
+    with pytest.raises(mp.MutationError, match="out="):
+        mp.grad(lambda x: np.sum(np.sin(x, out=np.empty(3))))(np.ones(3))
+    _ok()

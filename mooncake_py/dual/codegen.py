@@ -435,7 +435,8 @@ def numba_source(ir, fname, scalars=frozenset(), dtype="float64"):
         out = list(loads) + [tload(t, lane) for t in ir.tangents]
         for s in ir.body:
             if s.kind == "out":
-                out.append(f"{s.name} = {conv(s.expr)}" if first else f"{s.name} = {s.name.upper()}[i]")
+                out.append(f"{s.name} = {conv(s.expr)}" if first
+                           else f"{s.name} = {s.name.upper()}[i]")
                 if first:
                     out.append(f"{s.name.upper()}[i] = {s.name}")
             elif s.kind == "let":

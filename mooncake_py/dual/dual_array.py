@@ -125,13 +125,28 @@ def _apply(tag, fn, args, kwargs):
     if rule is None:
         if fn in ZERO_DERIVATIVE:
             return _call(fn, primals, kwargs)
-        raise MissingRuleError(_missing_message(fn, args, kwargs))
+        return _trace_primitive(fn, args, kwargs)
     native = getattr(rule, "_mc_native", None)
     if native is not None:
         out, tout = native(primals, tangents, tag.lanes, kwargs)
     else:
         out, tout = _run_rule(fn, rule, primals, tangents, tag.lanes, kwargs)
     return _wrap(fn, out, tout, tag)
+
+
+def _trace_primitive(fn, args, kwargs):
+    """A primitive with no frule (say, one given only an rrule) is differentiated through its
+    body, if its body is written with NumPy calls; if not, the missing rule is the error."""
+    body = getattr(fn, "__wrapped__", None) if getattr(fn, "__mooncake_primitive__", False) \
+        else None
+    if body is None:
+        raise MissingRuleError(_missing_message(fn, args, kwargs))
+    try:
+        return body(*args, **kwargs)
+    except TrackingLostError as e:
+        raise MissingRuleError(
+            _missing_message(fn, args, kwargs) + f" (Forward mode tried to differentiate through "
+            f"its body, which failed: {str(e).split('.')[0]}.)") from e
 
 
 def _call(fn, args, kwargs):

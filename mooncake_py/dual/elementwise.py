@@ -27,8 +27,10 @@ from ..rules.lanes import align
 from ..rules.registry import FRULES, FRULE_LANES
 from . import codegen
 
-# Elements below which the NumPy composition path is used (measured: benchmarks/kernels.py).
-KERNEL_MIN_SIZE = 4096
+# Elements below which the NumPy composition path is used. benchmarks/kernels.py measures the
+# crossover at 0.5k-16k elements depending on the op (a fused call costs ~4 µs more in fixed
+# overhead: hoisting, numba's argument dispatch, output allocation); 8k is the median.
+KERNEL_MIN_SIZE = 8192
 USE_KERNELS = os.environ.get("MOONCAKE_PY_KERNELS", "1") != "0"
 
 _POWERS = ("power", "float_power")
@@ -43,7 +45,7 @@ class Program:
     kind "p": the frule of ``ew_pullback(entry, k, ...)``, ``present`` = (ġ, ȧ[, ḃ]).
     ``const_b``: a constant exponent the program is specialised on (``x**2``), or None.
     """
-    __slots__ = ("entry", "kind", "ir", "np_fn", "has_tangent", "_kparts", "_kernels", "name",
+    __slots__ = ("entry", "kind", "ir", "np_fn", "has_tangent", "_kparts", "_plans", "name",
                  "_fusible")
 
     def __init__(self, entry, kind, k, present, const_b):
@@ -59,7 +61,7 @@ class Program:
         self.np_fn = _np_function(codegen.numpy_source(self.ir, "f", given=given))
         self.has_tangent = bool(self.ir.touts)
         self._kparts = None
-        self._kernels = {}
+        self._plans = {}
         self._fusible = None
 
     def kernel_parts(self):
@@ -142,13 +144,19 @@ def _operand(x, shape, dt):
     t = type(x)
     if t is np.ndarray:
         if x.shape == shape:
-            return x.reshape(-1) if x.dtype == dt and x.flags.c_contiguous else None
-        if x.ndim == 0 and np.can_cast(x.dtype, dt, "same_kind") and x.dtype.itemsize <= dt.itemsize:
+            if x.dtype != dt:
+                return None
+            if x.flags.c_contiguous:
+                return x.reshape(-1)
+            if not any(x.strides):  # one value broadcast (a reduction's cotangent): a number
+                return dt.type(x.flat[0])
+            return None
+        if x.ndim == 0 and x.dtype.kind in "fi" and np.result_type(dt, x.dtype) == dt:
             return dt.type(x)
         return None
     if t is float or t is int:
         return dt.type(x)
-    if isinstance(x, np.generic) and x.dtype.kind in "fi" and x.dtype.itemsize <= dt.itemsize:
+    if isinstance(x, np.generic) and x.dtype.kind in "fi" and np.result_type(dt, x.dtype) == dt:
         return dt.type(x)
     return None
 
@@ -186,9 +194,9 @@ class _Plan:
 
 def _plan(prog, dt, scalars):
     key = (dt, scalars)
-    p = prog._kernels.get(key)
+    p = prog._plans.get(key)
     if p is None:
-        p = prog._kernels[key] = _Plan(prog, dt, scalars)
+        p = prog._plans[key] = _Plan(prog, dt, scalars)
     return p
 
 
@@ -196,7 +204,8 @@ def _run(prog, vals, tans, shape, n, dt, lanes, y_fn=None):
     """Run ``prog``'s kernel. ``vals``: primal name -> kernel argument (flat array or number);
     ``tans``: tangent name -> raw tangent. Returns the outputs by name, reshaped, or None if the
     fused path does not apply to these tangents."""
-    scalars = frozenset(nm for nm in ("a", "b") if nm in vals and type(vals[nm]) is not np.ndarray)
+    scalars = frozenset(nm for nm in ("a", "b", "g")
+                        if nm in vals and type(vals[nm]) is not np.ndarray)
     plan = _plan(prog, dt, scalars)
     k = lanes or 1
     targs = []
@@ -221,7 +230,8 @@ def _run(prog, vals, tans, shape, n, dt, lanes, y_fn=None):
     outs = [np.empty((k, n) if tangent else n, dtype=dt) for _, tangent in plan.outs]
     plan.kernel(*args, *outs)
     tshape = ((lanes,) if lanes else ()) + shape
-    res = {name: o.reshape(tshape if tangent else shape) for (name, tangent), o in zip(plan.outs, outs)}
+    res = {name: o.reshape(tshape if tangent else shape)
+           for (name, tangent), o in zip(plan.outs, outs)}
     if y_full is not None:
         res["y"] = y_full
     return res

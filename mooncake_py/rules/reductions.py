@@ -1,17 +1,24 @@
-"""Reverse rules for reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, the nan*
-variants, np.linalg.norm, and the ufunc methods ``np.add.reduce`` & co.
+"""Reverse and forward rules for reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod,
+the nan* variants, np.linalg.norm, and the ufunc methods ``np.add.reduce`` & co.
 
 Conventions of this module: each rule is written as ``(x, *params) -> (y, pullback)`` where the
 pullback returns the cotangent of ``x`` alone; :func:`reduction_rule` registers it and pads the
 cotangent tuple with ``None`` for the other positional arguments (``np.sum(x, 0)``). Masks (ties,
 zeros, NaNs, ``where=``) are plain boolean arrays computed from comparisons, so every pullback is
 made of differentiable ``np.`` calls on ``x``, ``y`` and ``g`` and runs unchanged on dual numbers.
+
+Each frule sits next to its rrule, written as ``(x, dx, *params) -> (y, dy)`` and registered by
+:func:`reduction_frule`. They are lane-aware: ``dx`` carries k directions on a leading axis, the
+partial derivatives are computed once from the primal (shaped like ``x``, so they broadcast
+against ``dx``) and the reduction runs over the axes shifted past the lane axis
+(:func:`lane_axes`). Every tangent is thus ``Σ_axis dx · ∂y/∂x`` with the same zero-safe, tie-
+splitting partials as the pullback, so frule and rrule agree exactly at kinks.
 """
 import inspect
 
 import numpy as np
 
-from .registry import RRULES, fn_name
+from .registry import RRULES, FRULES, frule, fn_name
 from ..errors import MissingRuleError
 from .broadcasting import shape_of
 from .shape import astype
@@ -68,18 +75,57 @@ def reduction_rule(*fns):
     return register
 
 
-def _tracked_param_message(fn, needs):
-    try:
-        names = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        names = []
+def _tracked_param_message(fn, needs, what="derivative", names=None):
+    if names is None:
+        try:
+            names = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            names = []
     which = [names[i] if i < len(names) else f"#{i}" for i, n in enumerate(needs) if n and i]
     short = fn_name(fn).replace("numpy.", "np.")
     return (f"{short}: differentiating with respect to its argument(s) {', '.join(which)} is not "
-            f"supported; only the array argument carries a derivative. Pass a constant there "
+            f"supported; only the array argument carries a {what}. Pass a constant there "
             f"(mp.stop_gradient(v)), or apply it outside the reduction, e.g. "
             f"np.maximum(np.max(x), v) instead of np.max(x, initial=v), or np.sum(x) + v "
             f"instead of np.sum(x, initial=v).")
+
+
+def reduction_frule(*fns):
+    """Register ``rule(x, dx, *args, **kw) -> (y, dy)`` as the lane-aware frule of each of
+    ``fns``: ``dx`` has a leading lane axis and so must ``dy``. Tangents on the other positional
+    arguments are refused as :func:`reduction_rule` refuses cotangents there; with no tangent on
+    ``x`` the output carries none.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def total(x, axis=None):
+        ...     return np.sum(x, axis=axis)
+        >>> @reduction_frule(total)
+        ... def _(x, dx, axis=None):
+        ...     return total(x, axis), np.sum(dx, axis=lane_axes(axis, np.ndim(x)))
+        >>> mp.jvp(lambda x: total(x, 0), (np.ones((2, 3)),), (np.ones((2, 3)),))[1]
+        array([2., 2., 2.])
+    """
+    def register(rule):
+        def internal(primals, tangents, **kwargs):
+            if any(t is not None for t in tangents[1:]):
+                raise MissingRuleError(_tracked_param_message(
+                    fns[0], [t is not None for t in tangents], "tangent"))
+            if tangents[0] is None:
+                return fns[0](*primals, **kwargs), None
+            return rule(primals[0], tangents[0], *primals[1:], **kwargs)
+        internal.__name__ = f"frule({fn_name(fns[0])})"
+        for fn in fns:
+            frule(fn, lanes=True)(internal)
+        return rule
+    return register
+
+
+def lane_axes(axis, ndim):
+    """The axes of a lane-first tangent that correspond to a reduction of its ``ndim``-dimensional
+    primal over ``axis`` (None, int or tuple): each shifted by one; none for a 0-d primal."""
+    return tuple(a + 1 for a in normalize_axis(axis, ndim)) if ndim else ()
 
 
 def _ufunc_method(key, fn, axis=0):
@@ -202,6 +248,37 @@ reduction_rule(np.mean)(_mean_rule(np.mean, nan=False))
 reduction_rule(np.nanmean)(_mean_rule(np.nanmean, nan=True))
 
 
+def _sum_frule(np_fn, nan):
+    def rule(x, dx, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+        dx = _masked(dx, _where_kw(kw, x if nan else None))  # (initial= is a constant)
+        return y, np.sum(dx, axis=lane_axes(axis, len(shape_of(x))), dtype=dtype,
+                         keepdims=keepdims)
+    return rule
+
+
+def _mean_frule(np_fn, nan):
+    def rule(x, dx, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+        where = _where_kw(kw, x if nan else None)
+        ax = lane_axes(axis, len(shape))
+        if where is True:
+            return y, np.mean(dx, axis=ax, dtype=dtype, keepdims=keepdims)
+        # Per slice Σ dx / count; an empty slice (y is NaN) gets 0, as its pullback sends 0.
+        count = np.sum(np.broadcast_to(where, shape), axis=normalize_axis(axis, len(shape)),
+                       keepdims=keepdims)
+        total = np.sum(np.where(where, dx, 0), axis=ax, dtype=dtype, keepdims=keepdims)
+        return y, total * _const(1.0 / np.maximum(count, 1), total)
+    return rule
+
+
+reduction_frule(np.sum)(_sum_frule(np.sum, nan=False))
+reduction_frule(np.nansum)(_sum_frule(np.nansum, nan=True))
+reduction_frule(np.mean)(_mean_frule(np.mean, nan=False))
+reduction_frule(np.nanmean)(_mean_frule(np.nanmean, nan=True))
+
+
 # --- prod -----------------------------------------------------------------------------------
 def _prod_partials(x, yk, axes, kw):
     """∂ prod(x over axes) / ∂x, exact with zeros and with no division by a zero.
@@ -253,6 +330,24 @@ reduction_rule(np.prod)(_prod_rule(np.prod, nan=False))
 reduction_rule(np.nanprod)(_prod_rule(np.nanprod, nan=True))
 
 
+def _prod_frule(np_fn, nan):
+    """Σ_i dx_i Π_{j≠i} x_j with the pullback's zero-safe partials."""
+    def rule(x, dx, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+        shape = shape_of(x)
+        k = dict(kw)
+        if nan:
+            k["where"] = _where_kw(kw, x)
+        d = _prod_partials(x, expand_reduced(y, shape, axis, keepdims),
+                           normalize_axis(axis, len(shape)), k)
+        return y, np.sum(dx * d, axis=lane_axes(axis, len(shape)), keepdims=keepdims)
+    return rule
+
+
+reduction_frule(np.prod)(_prod_frule(np.prod, nan=False))
+reduction_frule(np.nanprod)(_prod_frule(np.nanprod, nan=True))
+
+
 # --- max, min -------------------------------------------------------------------------------
 def _extremum_rule(np_fn, nan):
     """max/min: the cotangent goes to the entries equal to the result, split equally among ties
@@ -262,20 +357,37 @@ def _extremum_rule(np_fn, nan):
         shape = shape_of(x)
 
         def pullback(g):
-            axes = normalize_axis(axis, len(shape))
-            hit = np.asarray(x == expand_reduced(y, shape, axis, keepdims))
-            where = _where_kw(kw, x if nan else None)
-            if where is not True:
-                hit = hit & where
-            w = _const(hit / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1), x)
+            w = _extremum_weights(x, y, axis, keepdims, kw, nan)
             return expand_reduced(g, shape, axis, keepdims) * w
         return y, pullback
+    return rule
+
+
+def _extremum_weights(x, y, axis, keepdims, kw, nan):
+    """1/count on the entries of ``x`` equal to their slice's extremum ``y`` (among those
+    ``where=`` selects and, for nan*, not NaN), 0 elsewhere: a plain constant shaped like x."""
+    shape = shape_of(x)
+    hit = np.asarray(x == expand_reduced(y, shape, axis, keepdims))
+    where = _where_kw(kw, x if nan else None)
+    if where is not True:
+        hit = hit & where
+    axes = normalize_axis(axis, len(shape))
+    return _const(hit / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1), x)
+
+
+def _extremum_frule(np_fn, nan):
+    """The average of the tangents at the tied extrema (the pullback's equal split)."""
+    def rule(x, dx, axis=None, out=None, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, keepdims=keepdims, **kw)
+        w = _extremum_weights(x, y, axis, keepdims, kw, nan)
+        return y, np.sum(dx * w, axis=lane_axes(axis, len(shape_of(x))), keepdims=keepdims)
     return rule
 
 
 for _fns, _np_fn, _nan in [((np.max, np.amax), np.max, False), ((np.min, np.amin), np.min, False),
                            ((np.nanmax,), np.nanmax, True), ((np.nanmin,), np.nanmin, True)]:
     reduction_rule(*_fns)(_extremum_rule(_np_fn, _nan))
+    reduction_frule(*_fns)(_extremum_frule(_np_fn, _nan))
 
 
 # --- var, std -------------------------------------------------------------------------------
@@ -325,6 +437,26 @@ reduction_rule(np.std)(_var_rule(np.std, nan=False, root=True))
 reduction_rule(np.nanstd)(_var_rule(np.nanstd, nan=True, root=True))
 
 
+def _var_frule(np_fn, nan, root):
+    """d var = 2 Σ (x - m)·dx / (N - ddof) (the mean's own change drops out, as Σ (x - m) = 0;
+    with a constant ``mean=`` it is not varied); d std = d var / (2 std), 0 where std = 0."""
+    def rule(x, dx, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        y = np_fn(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
+        c, scale = _centered_scale(x, axis, ddof, kw, _where_kw(kw, x if nan else None))
+        s = np.sum(dx * (c * scale), axis=lane_axes(axis, len(shape_of(x))), keepdims=keepdims)
+        if not root:
+            return y, 2 * s
+        flat = np.asarray(y == 0)
+        return y, np.where(flat, 0, s / np.where(flat, 1, y))
+    return rule
+
+
+reduction_frule(np.var)(_var_frule(np.var, nan=False, root=False))
+reduction_frule(np.nanvar)(_var_frule(np.nanvar, nan=True, root=False))
+reduction_frule(np.std)(_var_frule(np.std, nan=False, root=True))
+reduction_frule(np.nanstd)(_var_frule(np.nanstd, nan=True, root=True))
+
+
 # --- cumsum, cumprod ------------------------------------------------------------------------
 def _scan_axis(x, axis):
     """(values scanned, axis): ``axis=None`` scans the flattened array."""
@@ -347,6 +479,28 @@ def _cumsum_rule(nan):
 
 reduction_rule(np.cumsum)(_cumsum_rule(nan=False))
 reduction_rule(np.nancumsum)(_cumsum_rule(nan=True))
+
+
+def _lane_scan_axis(dx, axis, ndim):
+    """(lane-first tangent scanned, its axis): ``axis=None`` (or a 0-d primal, which NumPy scans
+    as one entry) flattens each lane."""
+    if axis is None or ndim == 0:
+        return np.reshape(dx, (shape_of(dx)[0], -1)), 1
+    return dx, int(axis) % ndim + 1
+
+
+def _cumsum_frule(nan):
+    def rule(x, dx, axis=None, dtype=None, out=None):
+        y = (np.nancumsum if nan else np.cumsum)(x, axis=axis, dtype=dtype)
+        if nan:
+            dx = np.where(np.isnan(x), 0, dx)
+        dxs, ax = _lane_scan_axis(dx, axis, len(shape_of(x)))
+        return y, np.cumsum(dxs, axis=ax, dtype=dtype)
+    return rule
+
+
+reduction_frule(np.cumsum)(_cumsum_frule(nan=False))
+reduction_frule(np.nancumsum)(_cumsum_frule(nan=True))
 
 
 def _cumprod_vjp(x, y, g, ax):
@@ -396,6 +550,51 @@ reduction_rule(np.cumprod)(_cumprod_rule(nan=False))
 reduction_rule(np.nancumprod)(_cumprod_rule(nan=True))
 
 
+def _cumprod_jvp(x, y, dx, ax):
+    """Σ_{j≤i} dx_j ∂y_i/∂x_j for y = cumprod(x) along ``ax``, exact with zeros; ``dx`` is
+    lane-first (scanned along ``ax + 1``).
+
+    With q the running sum of dx_j / x_j over the nonzero entries, z1 and z2 the first two zeros
+    and c1, c12 the running products that leave out x_z1, resp. x_z1 and x_z2: before z1 it is
+    y·q; from z1 on, c1·(dx_z1 + x_z1·q); from z2 on, c12·(dx_z1·x_z2 + dx_z2·x_z1); from a
+    third zero on, 0. As in :func:`_cumprod_vjp`, terms with a single zero factor are kept (zero
+    in value, with the right derivatives) and those with two or more are dropped.
+    """
+    la = ax + 1
+    zero = np.asarray(x == 0)
+    if not np.any(zero):
+        return y * np.cumsum(dx / x, axis=la)
+    seen = np.cumsum(zero, axis=ax)
+    first, second = zero & (seen == 1), zero & (seen == 2)
+    q = np.cumsum(np.where(zero, 0, dx / np.where(zero, 1, x)), axis=la)
+    xz1 = np.cumsum(np.where(first, x, 0), axis=ax)  # x_z1 from z1 on, 0 before
+    xz2 = np.cumsum(np.where(second, x, 0), axis=ax)
+    dz1 = np.cumsum(np.where(first, dx, 0), axis=la)
+    dz2 = np.cumsum(np.where(second, dx, 0), axis=la)
+    c1 = np.cumprod(np.where(first, 1, x), axis=ax)
+    c12 = np.cumprod(np.where(first | second, 1, x), axis=ax)
+    return np.where(seen == 0, y * q,
+                    np.where(seen == 1, c1 * (dz1 + xz1 * q),
+                             np.where(seen == 2, c12 * (dz1 * xz2 + dz2 * xz1), 0)))
+
+
+def _cumprod_frule(nan):
+    def rule(x, dx, axis=None, dtype=None, out=None):
+        y = (np.nancumprod if nan else np.cumprod)(x, axis=axis, dtype=dtype)
+        nd = len(shape_of(x))
+        xs, ax = _scan_axis(x, axis) if nd else (np.reshape(x, (-1,)), 0)
+        dxs, _ = _lane_scan_axis(dx, axis, nd)
+        if nan:
+            notnan = ~np.isnan(xs)
+            xs, dxs = np.where(notnan, xs, 1), np.where(notnan, dxs, 0)
+        return y, _cumprod_jvp(xs, y, dxs, int(ax) % max(len(shape_of(xs)), 1))
+    return rule
+
+
+reduction_frule(np.cumprod)(_cumprod_frule(nan=False))
+reduction_frule(np.nancumprod)(_cumprod_frule(nan=True))
+
+
 # --- ufunc methods --------------------------------------------------------------------------
 _ufunc_method((np.add, "reduce"), np.sum)
 _ufunc_method((np.multiply, "reduce"), np.prod)
@@ -403,6 +602,34 @@ _ufunc_method((np.maximum, "reduce"), np.max)
 _ufunc_method((np.minimum, "reduce"), np.min)
 _ufunc_method((np.add, "accumulate"), np.cumsum)
 _ufunc_method((np.multiply, "accumulate"), np.cumprod)
+
+_METHOD_PARAMS = {"reduce": ("axis", "dtype", "out", "keepdims", "initial", "where"),
+                  "accumulate": ("axis", "dtype", "out")}
+
+
+def _ufunc_method_frule(key, fn):
+    """The frule of ``ufunc.method`` as ``fn``'s, with the method's positional parameters named
+    (their order differs from ``np.max``'s) and its default ``axis=0``."""
+    names = _METHOD_PARAMS[key[1]]
+
+    def rule(primals, tangents, **kwargs):
+        if any(t is not None for t in tangents[1:]):
+            raise MissingRuleError(_tracked_param_message(
+                key, [t is not None for t in tangents], "tangent", ("array",) + names))
+        kw = dict(zip(names, primals[1:]), **kwargs)
+        kw.setdefault("axis", 0)
+        for k in ("out",) + (("dtype",) if fn in (np.max, np.min) else ()):
+            if k in kw and kw[k] is None:
+                del kw[k]
+        return FRULES[fn]([primals[0]], [tangents[0]], **kw)
+    rule.__name__ = f"frule({key[0].__name__}.{key[1]})"
+    frule(key, lanes=True)(rule)
+
+
+for _key, _fn in [((np.add, "reduce"), np.sum), ((np.multiply, "reduce"), np.prod),
+                  ((np.maximum, "reduce"), np.max), ((np.minimum, "reduce"), np.min),
+                  ((np.add, "accumulate"), np.cumsum), ((np.multiply, "accumulate"), np.cumprod)]:
+    _ufunc_method_frule(_key, _fn)
 
 
 # --- np.linalg.norm -------------------------------------------------------------------------
@@ -435,7 +662,8 @@ def _vector_norm_partials(x, yk, ord, axes):
 
 
 def _matrix_norm(x, ord, axes, keepdims):
-    """(y, ∂y/∂x-as-a-function-of-g) for the matrix norms over the axis pair ``axes``."""
+    """(y, partials) for the matrix norms over the axis pair ``axes``: ``partials()`` is ∂y/∂x,
+    shaped like ``x`` (computed on demand, by the pullback or the frule)."""
     r, c = axes
     shape = shape_of(x)
     if ord in ("nuc", 2, -2):
@@ -446,39 +674,44 @@ def _matrix_norm(x, ord, axes, keepdims):
         k = {2: 0, -2: -1}.get(ord)
         y = np.reshape(np.sum(s, axis=-1) if k is None else s[..., k], out_shape)
 
-        def partials(gk):
-            gm = np.moveaxis(gk, (r, c), (-2, -1))
+        def partials():
             if k is None:  # d Σσ = U Vᵀ (a subgradient when rank-deficient)
                 d = np.matmul(u, vt)
             else:          # d σ_k = u_k v_kᵀ
                 sl = slice(k, k + 1 or None)
                 d = u[..., :, sl] * vt[..., sl, :]
-            return np.moveaxis(gm * d, (-2, -1), (r, c))
+            return np.moveaxis(d, (-2, -1), (r, c))
         return y, partials
     y = np.linalg.norm(x, ord, axes, keepdims)
     if ord in (1, -1, np.inf, -np.inf):
         # 1: max over columns of the column sums |x| (sum over rows); inf: rows and columns swap.
         s_ax, m_ax = (r, c) if ord in (1, -1) else (c, r)
-        def partials(gk):
+        def partials():
             sums = np.sum(np.abs(x), axis=s_ax, keepdims=True)
             target = (np.max if ord > 0 else np.min)(sums, axis=m_ax, keepdims=True)
-            return gk * np.sign(x) * _const(_split_ties(sums, target, m_ax), x)
+            return np.sign(x) * _const(_split_ties(sums, target, m_ax), x)
         return y, partials
     # "fro" (and None): the 2-norm of the entries.
-    return y, lambda gk: gk * x / _safe(expand_reduced(y, shape, axes, keepdims))
+    return y, lambda: x / _safe(expand_reduced(y, shape, axes, keepdims))
+
+
+def _norm_axis(axis, ord, nd):
+    """``axis`` as NumPy reads it: a tuple, or (0, 1) for a matrix given an ``ord``; or None."""
+    if isinstance(axis, (int, np.integer)):
+        return (int(axis),)
+    if axis is None and ord is not None and nd == 2:
+        return (0, 1)
+    return None if axis is None else tuple(axis)
 
 
 @reduction_rule(np.linalg.norm)
 def _norm(x, ord=None, axis=None, keepdims=False):
     shape = shape_of(x)
     nd = len(shape)
-    if isinstance(axis, (int, np.integer)):
-        axis = (int(axis),)
-    if axis is None and ord is not None and nd == 2:
-        axis = (0, 1)
+    axis = _norm_axis(axis, ord, nd)
     if axis is not None and len(axis) == 2:
-        y, partials = _matrix_norm(x, ord, tuple(axis), keepdims)
-        return y, lambda g: partials(expand_reduced(g, shape, axis, keepdims))
+        y, partials = _matrix_norm(x, ord, axis, keepdims)
+        return y, lambda g: expand_reduced(g, shape, axis, keepdims) * partials()
     y = np.linalg.norm(x, ord, axis, keepdims)
     axes = normalize_axis(axis, nd)
 
@@ -486,3 +719,22 @@ def _norm(x, ord=None, axis=None, keepdims=False):
         d = _vector_norm_partials(x, expand_reduced(y, shape, axes, keepdims), ord, axes)
         return None if d is None else expand_reduced(g, shape, axes, keepdims) * d
     return y, pullback
+
+
+@reduction_frule(np.linalg.norm)
+def _norm_frule(x, dx, ord=None, axis=None, keepdims=False):
+    """Σ dx · ∂‖x‖/∂x over the normed axes, with the pullback's partials (an SVD of the primal
+    for the nuclear and spectral norms)."""
+    shape = shape_of(x)
+    nd = len(shape)
+    axis = _norm_axis(axis, ord, nd)
+    if axis is not None and len(axis) == 2:
+        y, partials = _matrix_norm(x, ord, axis, keepdims)
+        d = partials()
+    else:
+        y = np.linalg.norm(x, ord, axis, keepdims)
+        axes = normalize_axis(axis, nd)
+        d = _vector_norm_partials(x, expand_reduced(y, shape, axes, keepdims), ord, axes)
+        if d is None:  # ord=0 counts nonzeros: locally constant
+            return y, None
+    return y, np.sum(dx * d, axis=lane_axes(axis, nd), keepdims=keepdims)

@@ -96,7 +96,9 @@ def frule(fn, lanes=False):
     positional argument: the tangent, ``None`` where the argument carries none (treat it as zero
     and do not materialise it), or a tuple aligned with a list/tuple argument. Return the output
     and its tangent (``None`` if it carries none; a tuple of them for a multi-output function).
-    Write ẏ with ``np.`` calls, as pullbacks are written, so that rules compose.
+    Write ẏ with ``np.`` calls, as pullbacks are written, so that rules compose. (A
+    :func:`primitive` with no frule is differentiated in forward mode through its body; it needs
+    an frule only if its body cannot be traced, e.g. because it calls ``np.asarray``.)
 
     Lanes (several directions at once): a dual value may carry k tangents, stacked on a leading
     axis of length k. ``@frule(fn)`` rules are written for one direction; with lanes the forward

@@ -8,12 +8,16 @@ wrapped as primitives and exposed as ``mooncake_py.special.*``.
 The primals are written here with NumPy (max-shifted, as scipy does), so scipy is not needed;
 they agree with scipy's to rounding. Inside the rules they run on the unwrapped values with
 ``np.`` calls only, so on dual numbers (second order) they need no further rule.
+
+The frules are lane-aware: tangents carry k directions on a leading axis, and every tangent is a
+weighted sum (or weighted centring) over ``axis`` shifted past it.
 """
 import numpy as np
 
-from .registry import primitive, rrule, stop_gradient
+from .registry import primitive, rrule, frule, stop_gradient
 from .broadcasting import shape_of, unbroadcast
-from .reductions import normalize_axis, expand_reduced, slice_rank, dtype_of
+from .lanes import align
+from .reductions import normalize_axis, expand_reduced, slice_rank, dtype_of, lane_axes
 from ..errors import MissingRuleError
 
 __all__ = ["logsumexp", "softmax", "log_softmax"]
@@ -93,10 +97,10 @@ def _lse_signed(a, axis, b, keepdims):
     return out, np.sign(s)
 
 
-def _no_sign(return_sign):
+def _no_sign(return_sign, mode="reverse"):
     if return_sign:
         raise MissingRuleError(
-            "mooncake_py.special.logsumexp(..., return_sign=True) has no reverse rule: the sign "
+            f"mooncake_py.special.logsumexp(..., return_sign=True) has no {mode} rule: the sign "
             "output is piecewise constant and log|Σ b·exp(a)| is not differentiable where the "
             "sum changes sign. Use return_sign=False (the weighted sum must be positive), or "
             "write np.log(np.abs(np.sum(b * np.exp(a - c), axis))) + c with a constant shift c.")
@@ -120,6 +124,41 @@ def _logsumexp(needs, a, axis=None, b=None, keepdims=False, return_sign=False):
             gb = unbroadcast(np.broadcast_to(gk * e, shape), shape_of(b))
         return (ga, None, gb, None, None)[:len(needs)]
     return y, pullback
+
+
+def _bind(names, defaults, primals, tangents, kwargs):
+    """The call's parameters by name (positional primals, then keywords) and the tangents by
+    name (None where absent)."""
+    p = dict(zip(names, defaults), **dict(zip(names, primals)), **kwargs)
+    t = dict(zip(names, tangents))
+    return p, t
+
+
+_LSE = (("a", "axis", "b", "keepdims", "return_sign"), (None, None, None, False, False))
+
+
+@frule(logsumexp, lanes=True)
+def _logsumexp_frule(primals, tangents, **kwargs):
+    p, t = _bind(*_LSE, primals, tangents, kwargs)
+    a, axis, b, keepdims = p["a"], p["axis"], p["b"], p["keepdims"]
+    _no_sign(p["return_sign"], "forward")
+    shifted, m = _lse_parts(a, axis, b, keepdims)
+    y = shifted + (m if keepdims else np.reshape(m, shape_of(shifted)))
+    da, db = t.get("a"), t.get("b")
+    if da is None and db is None:
+        return y, None
+    shape = _full_shape(a, b)
+    nd = len(shape)
+    # dy = Σ (b·da + db)·exp(a - y) over axis; lane-first tangents get singleton axes so that
+    # they broadcast against the full shape.
+    e = np.exp((a - m) - expand_reduced(shifted, shape, axis, keepdims))
+    terms = None
+    if da is not None:
+        terms = align(da, nd) * (e if b is None else b * e)
+    if db is not None:
+        tb = align(db, nd) * e
+        terms = tb if terms is None else terms + tb
+    return y, np.sum(terms, axis=lane_axes(axis, nd), keepdims=keepdims)
 
 
 def _softmax(x, axis):
@@ -146,6 +185,17 @@ def _softmax_rule(needs, x, axis=None):
     return s, lambda g: (s * (g - np.sum(g * s, axis=axis, keepdims=True)), None)[:len(needs)]
 
 
+@frule(softmax, lanes=True)
+def _softmax_frule(primals, tangents, **kwargs):
+    p, t = _bind(("x", "axis"), (None, None), primals, tangents, kwargs)
+    x, axis, dx = p["x"], p["axis"], t["x"]
+    s = _softmax(x, axis)
+    if dx is None:
+        return s, None
+    ax = lane_axes(axis, len(shape_of(x)))
+    return s, s * (dx - np.sum(s * dx, axis=ax, keepdims=True))
+
+
 def _log_softmax(x, axis):
     return x - _lse(x, axis, None, True)
 
@@ -166,3 +216,14 @@ def log_softmax(x, axis=None):
 def _log_softmax_rule(needs, x, axis=None):
     y = _log_softmax(x, axis)
     return y, lambda g: (g - np.exp(y) * np.sum(g, axis=axis, keepdims=True), None)[:len(needs)]
+
+
+@frule(log_softmax, lanes=True)
+def _log_softmax_frule(primals, tangents, **kwargs):
+    p, t = _bind(("x", "axis"), (None, None), primals, tangents, kwargs)
+    x, axis, dx = p["x"], p["axis"], t["x"]
+    y = _log_softmax(x, axis)
+    if dx is None:
+        return y, None
+    ax = lane_axes(axis, len(shape_of(x)))
+    return y, dx - np.sum(np.exp(y) * dx, axis=ax, keepdims=True)

@@ -99,7 +99,8 @@ class Tape:
             raise MissingRuleError(_missing_message(fn, args, kwargs))
         if kwargs:
             if "out" in kwargs:
-                if kwargs["out"] is not None and kwargs["out"] != (None,):
+                o = kwargs["out"]
+                if o is not None and not (type(o) is tuple and all(u is None for u in o)):
                     raise MutationError(
                         f"{fn_name(fn)}(..., out=...) writes into an existing array, which the "
                         "tape cannot represent yet; drop out= and use the returned value.")
