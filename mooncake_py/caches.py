@@ -7,7 +7,7 @@ so a cache can never silently serve a different problem.
 import numpy as np
 
 from .errors import PreparedCacheSpecError
-from .pytree import flatten
+from .pytree import flatten, leaf_paths
 from .api import value_and_grad, vjp, is_float_leaf, _fname
 
 
@@ -50,10 +50,10 @@ class CacheSpec:
                 raise PreparedCacheSpecError(
                     f"{where}: argument {i} has structure {tree!r}, prepared with "
                     f"{self.trees[i]!r}.")
-            for j, (x, want) in enumerate(zip(leaves, self.leaves[i])):
+            for x, want, path in zip(leaves, self.leaves[i], leaf_paths(a)):
                 got = _leaf_spec(x)
                 if got != want:
-                    leaf = f"argument {i}" + (f", leaf {j}" if tree.kind != "leaf" else "")
+                    leaf = f"argument {i}{path}"
                     raise PreparedCacheSpecError(
                         f"{where}: {leaf} is {_show(got)}, prepared with {_show(want)}. Prepare "
                         "a new cache for new shapes or dtypes.")

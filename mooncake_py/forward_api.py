@@ -8,17 +8,8 @@ from .config import current_config
 from .dual.dual_array import DualArray, Tag, _validate, _as_value
 from .errors import (NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
                      TangentError)
-from .pytree import flatten
-
-
-def _leaf_paths(obj, prefix=""):
-    """Index paths (``[0]['w']``) of the leaves of a nested container, in flatten's order."""
-    t = type(obj)
-    if t is tuple or t is list or (isinstance(obj, tuple) and hasattr(obj, "_fields")):
-        return [p for i, o in enumerate(obj) for p in _leaf_paths(o, f"{prefix}[{i}]")]
-    if t is dict:
-        return [p for k in obj for p in _leaf_paths(obj[k], f"{prefix}[{k!r}]")]
-    return [prefix]
+from .pytree import flatten, leaf_paths
+from .caches import CacheSpec
 
 
 def _lane_count(tangents):
@@ -54,7 +45,7 @@ def _seed(f, primals, tangents, lanes):
         if ttree != ptree:
             raise TangentError(f"the tangent of argument {i} of {_fname(f)} has structure "
                                f"{ttree!r}; the argument has {ptree!r}.")
-        paths = _leaf_paths(p)
+        paths = leaf_paths(p)
         new = []
         for x, v, path in zip(pl, tl, paths):
             if v is None:
@@ -110,33 +101,16 @@ def jvp(f, primals, tangents, *, lanes=False):
 
 
 # --- prepared caches --------------------------------------------------------------------------
-def _leaf_spec(x):
-    if type(x) is float:
-        return ("float", (), np.dtype(np.float64))
-    dt = getattr(x, "dtype", None)
-    if dt is not None:
-        return (type(x).__name__, tuple(np.shape(x)), dt)
-    return (type(x).__name__, None, None)
-
-
-def _spec(args):
-    out = []
-    for a in args:
-        leaves, tree = flatten(a)
-        out.append((tree, tuple(_leaf_spec(l) for l in leaves)))
-    return tuple(out)
-
-
 class DerivativeCache:
     """What :func:`prepare_derivative_cache` recorded: the function, the arguments' structure,
     shapes and dtypes, and the lane count. Use it with :func:`value_and_derivative`."""
-    __slots__ = ("f", "spec", "lanes", "args_paths")
+    __slots__ = ("spec", "lanes")
 
-    def __init__(self, f, spec, lanes, args_paths):
-        self.f, self.spec, self.lanes, self.args_paths = f, spec, lanes, args_paths
+    def __init__(self, f, args, lanes):
+        self.spec, self.lanes = CacheSpec("derivative", f, args), lanes
 
     def __repr__(self):
-        return (f"DerivativeCache({_fname(self.f)}, {len(self.spec)} argument(s), "
+        return (f"DerivativeCache({_fname(self.spec.f)}, {len(self.spec.trees)} argument(s), "
                 f"lanes={self.lanes})")
 
 
@@ -157,7 +131,7 @@ def prepare_derivative_cache(f, *args, lanes=None):
         3.0
     """
     k = int(lanes) if lanes else 0
-    cache = DerivativeCache(f, _spec(args), k, [_leaf_paths(a) for a in args])
+    cache = DerivativeCache(f, args, k)
     zeros = tuple(_zero_tangent(a, k) for a in args)
     jvp(f, args, zeros, lanes=bool(k))
     return cache
@@ -175,13 +149,6 @@ def _zero_tangent(a, k):
     return tree.unflatten(out)
 
 
-def _spec_error(cache, f, i, msg):
-    return PreparedCacheSpecError(
-        f"value_and_derivative: argument {i} of {_fname(f)} {msg}. A prepared cache only accepts "
-        "arguments like those it was prepared with; prepare a new one with "
-        "mp.prepare_derivative_cache(f, *args) for these.")
-
-
 def value_and_derivative(cache, f, *pairs):
     """``(y, ẏ)`` for ``f`` at ``(primal, tangent)`` pairs, one per positional argument.
 
@@ -190,30 +157,14 @@ def value_and_derivative(cache, f, *pairs):
     :class:`~mooncake_py.errors.PreparedCacheSpecError` saying what differs. See
     :func:`prepare_derivative_cache` for an example.
     """
-    if f is not cache.f:
-        raise PreparedCacheSpecError(
-            f"value_and_derivative: this cache was prepared for {_fname(cache.f)} but was called "
-            f"with {_fname(f)}; prepare a cache for each function.")
-    if len(pairs) != len(cache.spec):
-        raise PreparedCacheSpecError(
-            f"value_and_derivative: {_fname(f)} was prepared with {len(cache.spec)} argument(s) "
-            f"but called with {len(pairs)} (primal, tangent) pair(s).")
     primals, tangents = [], []
-    for i, (pair, (tree, leaves), paths) in enumerate(zip(pairs, cache.spec, cache.args_paths)):
+    for i, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"value_and_derivative takes one (primal, tangent) pair per argument; "
                             f"argument {i} is a {type(pair).__name__}.")
-        p, t = pair
-        got_leaves, got_tree = flatten(p)
-        if got_tree != tree:
-            raise _spec_error(cache, f, i, f"has structure {got_tree!r}; prepared with {tree!r}")
-        for path, want, leaf in zip(paths, leaves, got_leaves):
-            got = _leaf_spec(leaf)
-            if got != want:
-                raise _spec_error(cache, f, i, f"{path} is {_describe_spec(got)}; prepared with "
-                                               f"{_describe_spec(want)}")
-        primals.append(p)
-        tangents.append(t)
+        primals.append(pair[0])
+        tangents.append(pair[1])
+    cache.spec.check(f, primals)
     if cache.lanes:
         k = _lane_count(tangents)
         if k != cache.lanes:
@@ -221,13 +172,6 @@ def value_and_derivative(cache, f, *pairs):
                 f"value_and_derivative: the tangents carry {k} lanes; the cache for {_fname(f)} "
                 f"was prepared with lanes={cache.lanes}.")
     return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
-
-
-def _describe_spec(s):
-    kind, shape, dt = s
-    if shape is None:
-        return f"a {kind}"
-    return f"a {kind} of shape {shape} and dtype {dt}"
 
 
 # --- jacobian ---------------------------------------------------------------------------------

@@ -60,3 +60,13 @@ def _flatten(obj, leaves):
         return TreeDef("namedtuple", t, tuple(_flatten(o, leaves) for o in obj))
     leaves.append(obj)
     return _LEAF
+
+
+def leaf_paths(obj, prefix=""):
+    """Index paths (``[0]['w']``) of the leaves of a nested container, in ``flatten``'s order."""
+    t = type(obj)
+    if t is tuple or t is list or (isinstance(obj, tuple) and hasattr(obj, "_fields")):
+        return [p for i, o in enumerate(obj) for p in leaf_paths(o, f"{prefix}[{i}]")]
+    if t is dict:
+        return [p for k in obj for p in leaf_paths(obj[k], f"{prefix}[{k!r}]")]
+    return [prefix]

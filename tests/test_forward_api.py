@@ -100,7 +100,7 @@ def test_prepared_derivative_cache_reuses_and_validates():
     (lambda c: value_and_derivative(c, lambda x, w: x, (np.ones(5), np.ones(5)), ({}, None)),
      "prepared for"),
     (lambda c: value_and_derivative(c, _f, (np.ones(6), np.ones(6)), ({"scale": 2.0}, None)),
-     r"argument 0 of _f  is a ndarray of shape \(6,\)"),
+     r"argument 0 is a ndarray of shape \(6,\)"),
     (lambda c: value_and_derivative(c, _f, (np.ones(5, np.float32), np.ones(5, np.float32)),
                                     ({"scale": 2.0}, None)), "dtype float32"),
     (lambda c: value_and_derivative(c, _f, (np.ones(5), np.ones(5)),
