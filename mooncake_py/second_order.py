@@ -20,7 +20,7 @@ from .pytree import flatten
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
 # the per-op overhead is shared by many directions, small enough that k copies of every
 # intermediate stay modest.
-DEFAULT_CHUNK = 64
+DEFAULT_CHUNK = 128
 _MEMORY_BUDGET = 1 << 28  # bytes for the k-lane tangent of the inputs (the tape holds a multiple)
 
 
@@ -151,7 +151,7 @@ def hessian(f, argnums=0, chunk_size=None):
     For one array argument of shape ``s`` the result has shape ``s + s``. For a tuple
     ``argnums`` it is a tuple of tuples of blocks, block ``(i, j)`` shaped
     ``args[i].shape + args[j].shape`` (a container argument counts as its float leaves
-    flattened). ``chunk_size`` (default: ``Config.chunk_size``, else up to 64 directions within a
+    flattened). ``chunk_size`` (default: ``Config.chunk_size``, else up to 128 directions within a
     memory budget) sets how many basis directions ride as lanes of one sweep.
 
     Example:

@@ -95,6 +95,8 @@ def lane_matmul(x, y, lanes_first_operand):
     dimensions of different ranks as ``np.matmul`` does."""
     t, o = (x, y) if lanes_first_operand else (y, x)
     nd_t, nd_o = len(shape_of(t)) - 1, len(shape_of(o))
+    if nd_o == 2 and nd_t in (1, 2):
+        return _lane_matmul_gemm(t, o, nd_t, lanes_first_operand)
     drop_row = drop_col = False
     if lanes_first_operand:
         if nd_t == 1:
@@ -115,3 +117,19 @@ def lane_matmul(x, y, lanes_first_operand):
     if drop_row:
         return r[..., 0, :]
     return r
+
+
+def _lane_matmul_gemm(t, o, nd_t, lanes_first_operand):
+    """Every lane times a plain matrix as ONE matrix product (a batched matmul over the lane axis
+    would run k small products): lanes folded into rows (or columns) and unfolded after."""
+    k = shape_of(t)[0]
+    if lanes_first_operand:  # x_l @ o: rows of all lanes stacked
+        if nd_t == 1:
+            return np.matmul(t, o)
+        n, p = shape_of(t)[1:]
+        return np.reshape(np.matmul(np.reshape(t, (k * n, p)), o), (k, n, shape_of(o)[1]))
+    if nd_t == 1:  # o @ y_l for vectors y_l: (Y Oᵀ) row by row
+        return np.matmul(t, np.swapaxes(o, -1, -2))
+    n, p = shape_of(t)[1:]
+    cols = np.reshape(np.moveaxis(t, 0, 1), (n, k * p))
+    return np.moveaxis(np.reshape(np.matmul(o, cols), (shape_of(o)[0], k, p)), 1, 0)
