@@ -80,7 +80,7 @@ def _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng):
     outs, otree = flatten(y)
     ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
             if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs]
-    if np.ndim(y) == 0 and not isinstance(y, (tuple, list, dict)):
+    if not isinstance(y, (tuple, list, dict)) and np.ndim(y) == 0:
         ybar = [np.asarray(ybar[0]).astype(getattr(outs[0], "dtype", np.float64))[()]]
     cots = pullback(otree.unflatten(ybar))
     cot_leaves = flatten(tuple(cots))[0]
@@ -138,7 +138,7 @@ MODES = ("reverse", "forward", "forward_over_reverse")
 
 
 def test_rule(fn, *args, rtol=None, atol=None, ndirs=3, seed=0, noncontiguous=True,
-              modes=("reverse",), **kwargs):
+              modes=("reverse", "forward", "forward_over_reverse"), **kwargs):
     """Check ``fn``'s rules on ``args`` (with ``kwargs`` passed through to ``fn``).
 
     Checks that the primal output equals plain NumPy's (values, shape, dtype), that inputs are

@@ -274,14 +274,9 @@ SVD_NORMS = {
     "norm-2": lambda x: np.linalg.norm(x, 2) ** 2,
     "norm--2": lambda x: np.linalg.norm(x, -2),
 }
-needs_svd_frule = pytest.mark.xfail(
-    strict=True, raises=mp.MissingRuleError,
-    reason="no frule for np.linalg.svd yet (the pullback of the nuclear / spectral norms runs "
-           "np.linalg.svd on duals)")
 
 
-@pytest.mark.parametrize("f", list(COMPOSITIONS.values())
-                         + [pytest.param(f, marks=needs_svd_frule) for f in SVD_NORMS.values()],
+@pytest.mark.parametrize("f", list(COMPOSITIONS.values()) + list(SVD_NORMS.values()),
                          ids=list(COMPOSITIONS) + list(SVD_NORMS))
 @pytest.mark.parametrize("x", [X, XZ], ids=["x", "with-zeros"])
 def test_hvp(f, x):

@@ -1,5 +1,5 @@
 """Reverse and forward rules for linear algebra: matmul, dot, vdot, inner, outer, tensordot,
-einsum, trace, kron; numpy.linalg inv, solve, det, slogdet, cholesky, eigh, eigvalsh; and the
+einsum, trace, kron; numpy.linalg inv, solve, det, slogdet, cholesky, eigh, eigvalsh, svd; and the
 scipy.linalg triangular solves ``solve_triangular`` / ``cho_solve`` as primitives (exported to
 ``mooncake_py.linalg``).
 
@@ -864,4 +864,177 @@ def _cho_solve_f(primals, tangents, **kw):
                     + np.matmul(_mT(cm), np.matmul(dcm, xm)))
         return x, _solve_tangent(lambda r: cho_solve((c, lower), r, check_finite=check_finite),
                                  b, x, db, None if dc is None else dax, len(shape_of(b)) == 1)
+    return go(*primals, **kw)
+
+
+# --- numpy.linalg.svd -------------------------------------------------------------------------
+# Thin SVD A = U S Vᵀ of an (m, n) matrix (stacks: the last two axes), k = min(m, n) singular
+# values s ≥ 0. With dP = Uᵀ Ȧ V split into its symmetric part a and antisymmetric part b:
+#     ṡ = diag(dP)
+#     U̇ = U (F₋∘a + F₊∘b) + (Ȧ V − U dP) S⁻¹        (the last term, (I − UUᵀ) Ȧ V S⁻¹, if m > k)
+#     V̇ = V (F₋∘a − F₊∘b) + (Ȧᵀ U − V dPᵀ) S⁻¹      (the last term if n > k)
+# with F₋_ij = 1/(s_j − s_i), F₊_ij = 1/(s_i + s_j). This is the usual F_ij = 1/(s_j² − s_i²)
+# form (Townsend, "Differentiating the singular value decomposition") split in two; the split
+# keeps F₊ finite at repeated singular values (see _svd_f_matrices). The reverse rule is its
+# adjoint: Ā = U (diag(s̄) + sym(F₋∘(X + Y)) + skew(F₊∘(X − Y))) Vᵀ + (I − UUᵀ) Ū S⁻¹ Vᵀ
+#                + U S⁻¹ V̄ᵀ (I − VVᵀ),   X = UᵀŪ, Y = VᵀV̄.
+# Conventions (real input, hermitian=False only):
+# - exactly repeated singular values: F₋ = 0 there (as eigh's F); U, V are not differentiable
+#   there, but functions of s and of the polar factor U Vᵀ keep exact derivatives. Nearly (not
+#   exactly) repeated values make U̇, V̇ ill-conditioned, as they are mathematically.
+# - zero singular values: S⁻¹ and F₊ are taken as 0 where they would divide by 0 (finite, but
+#   second order of e.g. Σs² at a rank-deficient non-square A then misses those terms).
+# - full_matrices=True: the extra columns of U (m > n) or rows of Vh (n > m) span the
+#   complement and are not functions of A; they get the minimal derivative that keeps them
+#   orthogonal to the rest (see _svd_side_tangent), exact for every function invariant under
+#   rotations among them (and, with one extra column, for every sign-invariant function).
+from ..errors import MissingRuleError  # noqa: E402  (kept with the only rule that raises it)
+
+
+def _svd_check(hermitian):
+    if hermitian:
+        raise MissingRuleError(
+            "numpy.linalg.svd with hermitian=True has no derivative rule in mooncake_py (it "
+            "would differentiate through an eigendecomposition whose eigenvalue signs are "
+            "folded into U and Vh). Call np.linalg.svd(a) with hermitian=False (the default), "
+            "which decomposes a symmetric matrix too, or use np.linalg.eigh.")
+
+
+def _nonzero_inverse(x):
+    """1/x, and 0 where x == 0 (np. calls only: this runs on duals in second order)."""
+    return (x != 0) / (x + (x == 0))
+
+
+def _svd_f_matrices(s):
+    """(F₋, F₊) of the SVD derivative, F₋_ij = 1/(s_j − s_i) and F₊_ij = 1/(s_i + s_j), each 0
+    where its denominator is 0.
+
+    Convention at repeated singular values (as for eigh: exactly equal values): F₋ is set to 0.
+    The singular vectors are not differentiable there, so U, V themselves get arbitrary
+    (finite) derivatives; but functions of the singular values, and of the polar factor U Vᵀ
+    (whose derivative only involves F₊, e.g. the gradient of the nuclear norm, hence its HVP),
+    stay exact as long as the repeated values are nonzero.
+    """
+    sj, si = np.expand_dims(s, -2), np.expand_dims(s, -1)
+    return _nonzero_inverse(sj - si), _nonzero_inverse(sj + si)
+
+
+def _svd_thin_parts(u, vh, k):
+    """(U₁, U₂, V₁, V₂, tall, wide): the thin factors (m×k, n×k), the extra columns of a full
+    decomposition (None where there are none), and whether m > k, n > k."""
+    m, n = shape_of(u)[-2], shape_of(vh)[-1]
+    full_u, full_v = shape_of(u)[-1] > k, shape_of(vh)[-2] > k
+    u1, u2 = (u[..., :k], u[..., k:]) if full_u else (u, None)
+    v1, v2 = (_mT(vh[..., :k, :]), _mT(vh[..., k:, :])) if full_v else (_mT(vh), None)
+    return u1, u2, v1, v2, m > k, n > k
+
+
+def _svd_side_tangent(x1, x2, rest, dpx, sinv):
+    """The tall side's extra tangent terms: ((I − X₁X₁ᵀ) R S⁻¹, Ẋ₂ or None), for X = U, R = Ȧ V,
+    dpx = dP (or X = V, R = Ȧᵀ U, dpx = dPᵀ); ``sinv`` scales columns.
+
+    Extra columns X₂ (full_matrices=True): any orthonormal basis of the complement of X₁'s
+    range, not a function of A. They are moved only as much as staying orthogonal to X₁
+    requires: Ẋ₂ = −X₁ (Ẋ₁ᵀ X₂) = −X₁ S⁻¹ (X₂ᵀ R)ᵀ.
+    """
+    t1 = (rest - np.matmul(x1, dpx)) * sinv
+    if x2 is None:
+        return t1, None
+    return t1, -np.matmul(x1, _mT(np.matmul(_mT(x2), rest) * sinv))
+
+
+def _svd_tangents(u, s, vh, da, compute_uv):
+    """Lane-first tangents (U̇, ṡ, V̇h) of np.linalg.svd (ṡ alone without ``compute_uv``); the
+    factors may be full (then U̇, V̇h are too)."""
+    k = shape_of(s)[-1]
+    u1, u2, v1, v2, tall, wide = _svd_thin_parts(u, vh, k)
+    dav = np.matmul(da, v1)
+    if not compute_uv:
+        return np.sum(u1 * dav, axis=-2)  # diag(Uᵀ Ȧ V)
+    dp = np.matmul(_mT(u1), dav)
+    ds = np.einsum("...ii->...i", dp)
+    a, b = _sym(dp), (dp - _mT(dp)) / 2
+    fm, fp = _svd_f_matrices(s)
+    du, dv = np.matmul(u1, fm * a + fp * b), np.matmul(v1, fm * a - fp * b)
+    sinv = np.expand_dims(_nonzero_inverse(s), -2)
+    if tall:
+        t1, t2 = _svd_side_tangent(u1, u2, dav, dp, sinv)
+        du = du + t1 if t2 is None else np.concatenate([du + t1, t2], axis=-1)
+    if wide:
+        t1, t2 = _svd_side_tangent(v1, v2, np.matmul(_mT(da), u1), _mT(dp), sinv)
+        dv = dv + t1 if t2 is None else np.concatenate([dv + t1, t2], axis=-1)
+    return du, ds, _mT(dv)
+
+
+def _svd_side_cotangent(x1, x2, g1, g2, xg):
+    """The adjoint of :func:`_svd_side_tangent` before scaling by S⁻¹: (I − X₁X₁ᵀ) X̄₁ − X₂ X̄₂ᵀ X₁
+    (``xg`` = X₁ᵀ X̄₁; ``g1``/``g2`` may be None)."""
+    r = None if g1 is None else g1 - np.matmul(x1, xg)
+    if g2 is not None:
+        r = _addt(r, -np.matmul(x2, np.matmul(_mT(g2), x1)))
+    return r
+
+
+def _svd_cotangent(u, s, vh, gu, gs, gvh):
+    """Ā for the cotangents (Ū, s̄, V̄h) of np.linalg.svd's outputs (any may be None); the
+    factors may be full, with their cotangents."""
+    k = shape_of(s)[-1]
+    u1, u2, v1, v2, tall, wide = _svd_thin_parts(u, vh, k)
+    gu1 = gu2 = gv1 = gv2 = None
+    if gu is not None:
+        gu1, gu2 = (gu[..., :k], gu[..., k:]) if u2 is not None else (gu, None)
+    if gvh is not None:
+        gv1, gv2 = ((_mT(gvh[..., :k, :]), _mT(gvh[..., k:, :])) if v2 is not None
+                    else (_mT(gvh), None))
+    left = None if gs is None else u1 * np.expand_dims(gs, -2)  # U diag(s̄)
+    x = None if gu1 is None else np.matmul(_mT(u1), gu1)
+    y = None if gv1 is None else np.matmul(_mT(v1), gv1)
+    if x is not None or y is not None:
+        fm, fp = _svd_f_matrices(s)
+        xpy = _addt(x, y)
+        xmy = _addt(x, None if y is None else -y)
+        inner = _sym(fm * xpy) + (fp * xmy - _mT(fp * xmy)) / 2
+        left = _addt(left, np.matmul(u1, inner))
+    sinv = np.expand_dims(_nonzero_inverse(s), -2)
+    if tall and (gu1 is not None or gu2 is not None):
+        left = _addt(left, _svd_side_cotangent(u1, u2, gu1, gu2, x) * sinv)
+    ga = None if left is None else np.matmul(left, _mT(v1))
+    if wide and (gv1 is not None or gv2 is not None):
+        ga = _addt(ga, np.matmul(u1, _mT(_svd_side_cotangent(v1, v2, gv1, gv2, y) * sinv)))
+    return ga
+
+
+@rrule(np.linalg.svd, needs=True)
+def _svd(needs, a, full_matrices=True, compute_uv=True, hermitian=False):
+    """Reverse rule of np.linalg.svd (real input, hermitian=False; see the notes above).
+
+    ``compute_uv=False`` returns the singular values of the thin decomposition (one LAPACK
+    call; they may differ from NumPy's values-only driver in the last bits), and its pullback
+    is U diag(s̄) Vᵀ. Zero singular values: S⁻¹ is taken as 0 there, so rank-deficient
+    non-square inputs keep finite (but, for U and V, meaningless) derivatives.
+    """
+    _svd_check(hermitian)
+    if not compute_uv:
+        u, s, vh = np.linalg.svd(a, full_matrices=False)
+        return s, lambda g: _pad(needs, np.matmul(u * np.expand_dims(g, -2), vh))
+    res = np.linalg.svd(a, full_matrices=full_matrices)
+
+    def pullback(gs):
+        gu, gs_, gvh = gs
+        return _pad(needs, _svd_cotangent(res[0], res[1], res[2], gu, gs_, gvh))
+    return res, pullback
+
+
+@frule(np.linalg.svd, lanes=True)
+def _svd_f(primals, tangents, **kw):
+    """Forward rule of np.linalg.svd: (U̇, ṡ, V̇h), or ṡ = diag(Uᵀ Ȧ V) without compute_uv."""
+    da = tangents[0]
+
+    def go(a, full_matrices=True, compute_uv=True, hermitian=False):
+        _svd_check(hermitian)
+        if not compute_uv:
+            u, s, vh = np.linalg.svd(a, full_matrices=False)
+            return s, None if da is None else _svd_tangents(u, s, vh, da, False)
+        res = np.linalg.svd(a, full_matrices=full_matrices)
+        return res, None if da is None else _svd_tangents(res[0], res[1], res[2], da, True)
     return go(*primals, **kw)

@@ -77,8 +77,9 @@ def defvjp(fn, *vjps):
         ans = fn(*args, **kwargs)
 
         def pullback(g):
+            vs = vjps + (None,) * (len(needs) - len(vjps))  # one entry per positional argument
             return tuple(v(g, ans, *args, **kwargs) if n and v is not None else None
-                         for v, n in zip(vjps, needs))
+                         for v, n in zip(vs, needs))
         return ans, pullback
     rule.__name__ = f"rrule({fn_name(fn)})"
     RRULES[fn] = rule
