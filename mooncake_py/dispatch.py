@@ -23,11 +23,11 @@ def new_level():
 
 
 def top_wrapper(args, kwargs=None):
-    """The wrapped value of highest level among args (one level into lists/tuples) and kwargs."""
+    """The wrapped value of highest level among args and kwargs (one level into lists/tuples)."""
     top = None
     best = 0
     wt = WRAPPER_TYPES
-    for a in args:
+    for a in ((*args, *kwargs.values()) if kwargs else args):
         t = type(a)
         if t in wt:
             lv = a._mc_level()
@@ -39,19 +39,6 @@ def top_wrapper(args, kwargs=None):
                     lv = b._mc_level()
                     if lv > best:
                         top, best = b, lv
-    if kwargs:
-        for a in kwargs.values():
-            t = type(a)
-            if t in wt:
-                lv = a._mc_level()
-                if lv > best:
-                    top, best = a, lv
-            elif t in _SEQ:
-                for b in a:
-                    if type(b) in wt:
-                        lv = b._mc_level()
-                        if lv > best:
-                            top, best = b, lv
     return top
 
 

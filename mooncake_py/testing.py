@@ -63,27 +63,42 @@ def _describe(fn):
     return getattr(fn, "__name__", None) or repr(fn)
 
 
-def _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng):
+def _setup(fn, args, kwargs, rtol, atol):
+    """``(f, leaves, tree, float positions, rtol, atol)`` for checking ``fn`` on ``args``."""
     f = (lambda *a: fn(*a, **kwargs))
     leaves, tree = flatten(args)
     pos = _float_positions(leaves)
     if not pos:
         raise AssertionError(f"test_rule({_describe(fn)}): no floating-point argument to check.")
     rtol, atol = _tolerances([leaves[i] for i in pos], rtol, atol)
-    before = copy.deepcopy(args)
-    y_plain = f(*args)
-    y, pullback = vjp(f, *args)
-    _assert_same_output(fn, y, y_plain)
-    for a, b in zip(flatten(args)[0], flatten(before)[0]):
-        if isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True):
-            raise AssertionError(f"test_rule({_describe(fn)}): the rule mutated an input.")
+    return f, leaves, tree, pos, rtol, atol
+
+
+def _random_cotangent(y, rng):
+    """A random cotangent for output ``y``: ``(leaves, treedef)`` (zeros for non-float leaves)."""
     outs, otree = flatten(y)
     ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
             if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs]
     if not isinstance(y, (tuple, list, dict)) and np.ndim(y) == 0:
         ybar = [np.asarray(ybar[0]).astype(getattr(outs[0], "dtype", np.float64))[()]]
+    return ybar, otree
+
+
+def _assert_unmutated(fn, args, before, rule):
+    for a, b in zip(flatten(args)[0], flatten(before)[0]):
+        if isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True):
+            raise AssertionError(f"test_rule({_describe(fn)}): the {rule} mutated an input.")
+
+
+def _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng):
+    f, leaves, tree, pos, rtol, atol = _setup(fn, args, kwargs, rtol, atol)
+    before = copy.deepcopy(args)
+    y_plain = f(*args)
+    y, pullback = vjp(f, *args)
+    _assert_same_output(fn, y, y_plain)
+    _assert_unmutated(fn, args, before, "rule")
+    ybar, otree = _random_cotangent(y, rng)
     cots = pullback(otree.unflatten(ybar))
-    cot_leaves = flatten(tuple(cots))[0]
     cot_by_arg = _cotangents_by_leaf(args, cots)
     for _ in range(ndirs):
         dirs = [rng.standard_normal(np.shape(leaves[i])) for i in pos]
@@ -101,7 +116,6 @@ def _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng):
                 f"test_rule({_describe(fn)}): reverse rule disagrees with finite differences: "
                 f"<ȳ, J·ẋ> by finite differences = {est!r}, <Jᵀ·ȳ, ẋ> from the pullback = "
                 f"{analytic!r} (rtol={rtol}, atol={atol}).")
-    del cot_leaves
 
 
 def _cotangents_by_leaf(args, cots):
@@ -220,31 +234,20 @@ def _lane(t, l, lanes):
 
 def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
     from .forward_api import jvp
-    f = (lambda *a: fn(*a, **kwargs))
-    leaves, tree = flatten(args)
-    pos = _float_positions(leaves)
-    if not pos:
-        raise AssertionError(f"test_rule({_describe(fn)}): no floating-point argument to check.")
-    rtol, atol = _tolerances([leaves[i] for i in pos], rtol, atol)
+    f, leaves, tree, pos, rtol, atol = _setup(fn, args, kwargs, rtol, atol)
     before = copy.deepcopy(args)
     y_plain = f(*args)
     ybar = None
     if consistency:
         y0, pullback = vjp(f, *args)
-        outs0, otree = flatten(y0)
-        ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
-                if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs0]
-        if np.ndim(y0) == 0 and not isinstance(y0, (tuple, list, dict)):
-            ybar = [np.asarray(ybar[0]).astype(getattr(outs0[0], "dtype", np.float64))[()]]
+        ybar, otree = _random_cotangent(y0, rng)
         cot_by_leaf = _cotangents_by_leaf(args, pullback(otree.unflatten(ybar)))
     for lanes in (0, 3):
         dirs = {i: _random_like(leaves[i], lanes, rng) for i in pos}
         tangents = tree.unflatten([dirs.get(i) for i in range(len(leaves))])
         y, ydot = jvp(f, args, tangents, lanes=bool(lanes))
         _assert_same_output(fn, y, y_plain)
-        for a, b in zip(flatten(args)[0], flatten(before)[0]):
-            if isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True):
-                raise AssertionError(f"test_rule({_describe(fn)}): the frule mutated an input.")
+        _assert_unmutated(fn, args, before, "frule")
         outs = flatten(y)[0]
         douts = flatten(ydot)[0] if flatten(ydot)[1] == flatten(y)[1] else None
         if douts is None:
@@ -291,16 +294,8 @@ def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
 
 def _check_forward_over_reverse(fn, args, kwargs, rtol, atol, rng):
     from .dual import DualArray, Tag
-    f = (lambda *a: fn(*a, **kwargs))
-    leaves, tree = flatten(args)
-    pos = _float_positions(leaves)
-    rtol, atol = _tolerances([leaves[i] for i in pos], rtol, atol)
-    y0 = f(*args)
-    outs0, otree = flatten(y0)
-    ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
-            if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs0]
-    if np.ndim(y0) == 0 and not isinstance(y0, (tuple, list, dict)):
-        ybar = [np.asarray(ybar[0]).astype(getattr(outs0[0], "dtype", np.float64))[()]]
+    f, leaves, tree, pos, rtol, atol = _setup(fn, args, kwargs, rtol, atol)
+    ybar, otree = _random_cotangent(f(*args), rng)
     seed = otree.unflatten(ybar)
     dirs = [_random_like(leaves[i], 0, rng) for i in pos]
 

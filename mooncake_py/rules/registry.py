@@ -159,10 +159,15 @@ def primitive(fn):
 
 def _has_wrapper(args, kwargs):
     wt = WRAPPER_TYPES
-    for a in args:
-        if type(a) in wt or (type(a) in (list, tuple) and any(type(b) in wt for b in a)):
+    for a in ((*args, *kwargs.values()) if kwargs else args):
+        t = type(a)
+        if t in wt:
             return True
-    return any(type(v) in wt for v in kwargs.values())
+        if t is list or t is tuple:
+            for b in a:
+                if type(b) in wt:
+                    return True
+    return False
 
 
 def zero_derivative(fn):

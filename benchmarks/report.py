@@ -1,0 +1,212 @@
+"""Writing results: Markdown tables, the raw JSON, and a PNG plot (if matplotlib is installed).
+
+A result is a dict with ``case``, ``quantity``, ``column``, ``framework``, ``status`` (``"ok"``,
+``"missing"``, ``"n/a"``, ``"unsupported"``, ``"error"``), ``detail`` (why, when not ok) and,
+when ok, the timing fields of :func:`benchmarks.timing.measure` plus ``ratio`` (median time /
+median NumPy primal time) and ``agrees`` (False when its derivative differs from the other
+frameworks').
+"""
+import json
+
+from .timing import format_time
+
+TITLES = {
+    "gradient": "Gradient (reverse mode)",
+    "forward": "Forward mode (one JVP in a random direction)",
+    "hvp": "Hessian-vector product",
+}
+
+
+def _columns(results, quantity):
+    cols = []
+    for r in results:
+        if r["quantity"] == quantity and r["column"] not in cols:
+            cols.append(r["column"])
+    return cols
+
+
+def _cases(results):
+    out = []
+    for r in results:
+        if r["case"] not in out:
+            out.append(r["case"])
+    return out
+
+
+class _Notes:
+    """Footnotes shared by all tables: one number per distinct (column, detail), so a reason
+    shared by many cases ("no forward mode") is one note."""
+
+    def __init__(self):
+        self.items = []
+
+    def ref(self, text):
+        if text not in self.items:
+            self.items.append(text)
+        return self.items.index(text) + 1
+
+
+def _cell(r, notes):
+    if r is None:
+        return ""
+    st = r["status"]
+    if st == "ok":
+        text = f"{r['ratio']:.3g}" if r.get("ratio") is not None else format_time(r["median_s"])
+        if r.get("agrees") is False:  # fast but wrong: say so next to the number
+            n = notes.ref(f"{r['column']} on {r['case']}: {r['detail']}")
+            text += f" (wrong [{n}])"
+        return text
+    if st == "missing":
+        return "missing"
+    if st == "unsupported":  # mooncake_py's own known gaps, spelled out in the cell
+        return r["detail"]
+    n = notes.ref(f"{r['column']}: {r['detail']}")
+    return f"{st} [{n}]"
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def quantity_table(results, quantity, notes):
+    """Markdown lines: one row per case, primal time then one ratio column per method."""
+    cols = _columns(results, quantity)
+    if not cols:
+        return []
+    by = {(r["case"], r["column"]): r for r in results if r["quantity"] == quantity}
+    prim = {r["case"]: r for r in results if r["quantity"] == "primal" and r["column"] == "NumPy"}
+    rows = []
+    for case in _cases(results):
+        p = prim.get(case)
+        rows.append([case, format_time(p["median_s"]) if p and p["status"] == "ok" else "?"]
+                    + [_cell(by.get((case, c)), notes) for c in cols])
+    return [f"## {TITLES[quantity]}", "",
+            "Ratio: median time / median NumPy primal time (lower is better).", ""] + \
+        _table(["Case", "Primal (NumPy)"] + cols, rows) + [""]
+
+
+def primal_table(results, notes):
+    """Markdown lines: each framework's own primal time per case (context for the ratios)."""
+    cols = _columns(results, "primal")
+    by = {(r["case"], r["column"]): r for r in results if r["quantity"] == "primal"}
+    rows = []
+    for case in _cases(results):
+        rows.append([case] + [_cell(dict(by[(case, c)], ratio=None), notes)
+                              if (case, c) in by else "" for c in cols])
+    return ["## Primal time per framework", "",
+            "Absolute times of the function itself (no derivative), for context.", ""] + \
+        _table(["Case"] + cols, rows) + [""]
+
+
+def hessian_table(scaling):
+    """Markdown lines for the Hessian-scaling section (absolute times)."""
+    if not scaling:
+        return []
+    if isinstance(scaling, str):
+        return ["## Hessian scaling", "", scaling, ""]
+    cols = []
+    for r in scaling:
+        if r["column"] not in cols:
+            cols.append(r["column"])
+    keys = []
+    for r in scaling:
+        if (r["function"], r["n"]) not in keys:
+            keys.append((r["function"], r["n"]))
+    by = {(r["function"], r["n"], r["column"]): r for r in scaling}
+    rows = []
+    for fn, n in keys:
+        cells = []
+        for c in cols:
+            r = by.get((fn, n, c))
+            if r is None:
+                cells.append("")
+            elif r["status"] == "ok":
+                cells.append(format_time(r["median_s"]))
+            else:
+                cells.append(r["status"] if r["status"] == "missing" else
+                             f"{r['status']}: {r['detail'][:60]}")
+        rows.append([fn, str(n)] + cells)
+    return ["## Hessian scaling", "", "Median time of one full n×n Hessian.", ""] + \
+        _table(["Function", "n"] + cols, rows) + [""]
+
+
+def header_lines(machine, config):
+    fw = machine.get("frameworks", {})
+    versions = ", ".join(f"{k} {v}" for k, v in fw.items())
+    blas = machine.get("blas")
+    if isinstance(blas, list):
+        blas = "; ".join(f"{b.get('internal_api')} {b.get('version')} "
+                         f"({b.get('num_threads')} threads)" for b in blas)
+    return ["# mooncake_py benchmarks", "",
+            f"- Machine: {machine.get('cpu')}, {machine.get('cpu_count')} cores, "
+            f"{machine.get('platform')}",
+            f"- Python {machine.get('python')}, NumPy {machine.get('numpy')}, BLAS: {blas}",
+            f"- Frameworks: {versions or 'none'}; threads: {config.get('threads')}",
+            f"- Timing: one warm-up call, then samples for about {config.get('budget_s')} s per "
+            "measurement; medians. Results are approximate.", ""]
+
+
+def markdown(machine, config, results, scaling=None):
+    """The whole report as one Markdown string."""
+    notes = _Notes()
+    lines = header_lines(machine, config)
+    for q in ("gradient", "forward", "hvp"):
+        lines += quantity_table(results, q, notes)
+    if any(r["quantity"] == "primal" for r in results):
+        lines += primal_table(results, notes)
+    lines += hessian_table(scaling)
+    if notes.items:
+        lines += ["## Notes", ""] + [f"{i}. {t}" for i, t in enumerate(notes.items, 1)] + [""]
+    return "\n".join(lines)
+
+
+def write_json(path, machine, config, results, scaling=None):
+    with open(path, "w") as f:
+        json.dump({"machine": machine, "config": config, "results": results,
+                   "hessian_scaling": scaling}, f, indent=1, default=str)
+
+
+def plot(path, results):
+    """Log-scale ratios per case, one marker per method; returns a message if skipped."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    quantities = [q for q in ("gradient", "forward", "hvp")
+                  if any(r["quantity"] == q and r["status"] == "ok" for r in results)]
+    if not quantities:
+        return "no successful measurement to plot"
+    cases = _cases(results)
+    fig, axes = plt.subplots(len(quantities), 1, figsize=(11, 3.8 * len(quantities)),
+                             squeeze=False)
+    colors = {"mooncake_py": "C0", "autograd": "C1", "torch": "C2", "jax": "C3"}
+    markers = "osD^v<>pP*Xh"
+    for ax, q in zip(axes[:, 0], quantities):
+        seen = {}
+        cols = _columns(results, q)
+        for j, col in enumerate(cols):
+            dx = 0.5 * (j - (len(cols) - 1) / 2) / len(cols)  # side by side, not on top
+            rs = [r for r in results if r["quantity"] == q and r["column"] == col]
+            fw = rs[0]["framework"]
+            k = seen[fw] = seen.get(fw, -1) + 1  # same colour per framework, marker per variant
+            pts = [(cases.index(r["case"]) + dx, r["ratio"]) for r in rs
+                   if r["status"] == "ok" and r.get("ratio")]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, linestyle="none", marker=markers[k % len(markers)],
+                        color=colors.get(fw), label=col, alpha=0.85)
+        ax.set_yscale("log")
+        ax.set_title(f"{TITLES[q]}: time / NumPy primal time")
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels(cases, rotation=40, ha="right", fontsize=8)
+        ax.grid(True, which="major", axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

@@ -1,0 +1,254 @@
+"""The benchmark harness: the Mooncake.jl suite under mooncake_py, autograd, PyTorch and JAX.
+
+Run from the repository root::
+
+    python -m benchmarks                      # everything installed, ~0.5 s per measurement
+    python -m benchmarks --quick              # CI-sized: tiny budget, small Hessian sizes
+    python -m benchmarks --cases sum_1000,gp_lml --frameworks mooncake_py,jax
+
+For each case it times the NumPy primal, then every method of :mod:`benchmarks.frameworks`
+(gradient, forward-mode JVP, HVP) and reports median time / median NumPy primal time. A peer that
+is not installed is "missing"; an operation a framework does not have, or code it cannot run as
+written, is "n/a" with the reason; anything else that fails is an "error" with its message (the
+run never stops on one). The derivatives of all methods are compared with each other once;
+a result that disagrees with the others is flagged. Writes ``results.json`` (every raw timing),
+``results.md`` and ``ratios.png`` (if matplotlib is installed) to ``--out``.
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import frameworks as fw
+from . import hessian_scaling, report
+from .suite import CASES
+from .timing import machine_info, measure, format_time
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+FULL_HESSIAN_SIZES = (10, 30, 100, 300, 1000, 2000)
+QUICK_HESSIAN_SIZES = (10, 30)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="CI-sized run: tiny time budget and small Hessian sizes")
+    p.add_argument("--cases", default=None,
+                   help=f"comma-separated case names (default: all): {', '.join(CASES)}")
+    p.add_argument("--frameworks", default=",".join(fw.FRAMEWORKS),
+                   help="comma-separated subset of " + ",".join(fw.FRAMEWORKS))
+    p.add_argument("--quantities", default=",".join(fw.QUANTITIES),
+                   help="comma-separated subset of " + ",".join(fw.QUANTITIES))
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds of samples per measurement (default 0.5, or 0.02 with --quick)")
+    p.add_argument("--hessian-sizes", default=None,
+                   help="comma-separated n for the Hessian-scaling section")
+    p.add_argument("--no-hessian", action="store_true", help="skip the Hessian-scaling section")
+    p.add_argument("--no-plot", action="store_true", help="do not write ratios.png")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for every framework's kernels (BLAS, torch, XLA); 0 leaves the "
+                        "libraries' defaults (default: %(default)s, which keeps small cases "
+                        "from paying for thread wake-ups and makes runs less noisy)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    a.cases = _choose(a.cases, list(CASES), "case")
+    a.frameworks = _choose(a.frameworks, list(fw.FRAMEWORKS), "framework")
+    a.quantities = _choose(a.quantities, list(fw.QUANTITIES), "quantity")
+    if a.budget is None:
+        a.budget = 0.02 if a.quick else 0.5
+    if a.hessian_sizes is None:
+        a.hessian_sizes = QUICK_HESSIAN_SIZES if a.quick else FULL_HESSIAN_SIZES
+    else:
+        a.hessian_sizes = tuple(int(n) for n in a.hessian_sizes.split(","))
+    return a
+
+
+_LIMITS = []  # keeps threadpoolctl's limit alive for the whole run
+
+
+def limit_threads(n, frameworks):
+    """Pin NumPy's BLAS, torch and XLA to ``n`` threads; a description of what was done."""
+    if n <= 0:
+        return "library defaults"
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+    if n == 1 and "jax" in frameworks:  # read when jax is first imported (lazily, later)
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_cpu_multi_thread_eigen=false").strip()
+    done = [f"{n} thread(s)"]
+    try:
+        import threadpoolctl
+        _LIMITS.append(threadpoolctl.threadpool_limits(n))
+    except ImportError:
+        done.append("NumPy's BLAS not limited (threadpoolctl is not installed)")
+    if "torch" in frameworks and fw.available("torch") is None:
+        import torch
+        torch.set_num_threads(n)
+    return "; ".join(done)
+
+
+def _choose(text, allowed, what):
+    if text is None:
+        return allowed
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in chosen if t not in allowed]
+    if bad:
+        raise SystemExit(f"unknown {what}(s): {', '.join(bad)}; choose from {', '.join(allowed)}")
+    return chosen
+
+
+def _failure(exc, method, case):
+    """``(status, detail)`` for an exception raised while building or running ``method``."""
+    chain = [exc, exc.__cause__]  # NumPy re-raises errors from __float__ as ValueError
+    if method.framework == "mooncake_py":
+        import mooncake_py as mp
+        if any(isinstance(e, mp.MutationError) for e in chain):
+            return "unsupported", "MutationError (not yet supported)"
+        if case.mutates and any(isinstance(e, mp.TrackingLostError) for e in chain):
+            return "unsupported", "TrackingLostError (mutation not yet supported)"
+        for e in chain:
+            if isinstance(e, mp.MissingRuleError):
+                words = str(e).split(" for ", 1)[-1].split(",", 1)[0]
+                return "error", f"MissingRuleError: no rule for {words}"
+    reason = case.unsupported.get(method.framework)
+    if reason:
+        return "n/a", reason
+    msg = str(exc).strip().split("\n")[0][:200]
+    return "error", f"{type(exc).__name__}: {msg}"
+
+
+def _directions(args, argnums, rng):
+    out = []
+    for i in argnums:
+        a = args[i]
+        out.append(np.float64(rng.standard_normal()) if np.ndim(a) == 0
+                   else rng.standard_normal(np.shape(a)))
+    return tuple(out)
+
+
+def run_method(method, case, args, dirs, budget, missing):
+    """Time one method on one case; a result dict (see :mod:`benchmarks.report`) and the
+    derivative it computed as one float64 vector (``None`` unless it succeeded)."""
+    r = {"case": case.name, "quantity": method.quantity, "column": method.column,
+         "framework": method.framework}
+    if method.framework in missing:
+        return dict(r, status="missing", detail=missing[method.framework]), None
+    try:
+        run, pick = method.build(case, args, dirs)
+        m = measure(run, budget)
+        value = fw.as_vector(pick(run()))
+    except fw.NotApplicable as e:
+        return dict(r, status="n/a", detail=str(e)), None
+    except Exception as e:  # report, never crash the run
+        status, detail = _failure(e, method, case)
+        return dict(r, status=status, detail=detail), None
+    return dict(r, status="ok", detail="", **m), value
+
+
+def check_agreement(records, values, rtol=1e-6):
+    """Flag results that differ from the value most other methods agree with."""
+    ok = [(r, v) for r, v in zip(records, values) if v is not None]
+    if len(ok) < 2:
+        return
+
+    def close(a, b):
+        return a.shape == b.shape and np.linalg.norm(a - b) <= rtol * max(np.linalg.norm(b),
+                                                                           1e-300)
+    votes = [sum(close(v, w) for _, w in ok) for _, v in ok]
+    ref_rec, ref = ok[int(np.argmax(votes))]
+    for r, v in ok:
+        r["agrees"] = bool(close(v, ref))
+        if not r["agrees"]:
+            err = (np.linalg.norm(v - ref) / max(np.linalg.norm(ref), 1e-300)
+                   if v.shape == ref.shape else float("nan"))
+            r["detail"] = (f"result differs from {ref_rec['column']}'s (relative error "
+                           f"{err:.2g})")
+
+
+def run_cases(opts, log):
+    missing = {f: why for f in opts.frameworks if (why := fw.available(f))}
+    results = []
+    for name in opts.cases:
+        case = CASES[name]
+        rng = np.random.default_rng(opts.seed)
+        args = case.make_inputs(rng)
+        dirs = _directions(args, case.argnums, rng)
+        log(f"{name}")
+        primal = None
+        for m in fw.PRIMALS:
+            if m.framework not in opts.frameworks and m.column != "NumPy":
+                continue
+            r, _ = run_method(m, case, args, dirs, opts.budget, missing)
+            results.append(r)
+            if m.column == "NumPy" and r["status"] == "ok":
+                primal = r["median_s"]
+            _log_result(log, r)
+        for q in opts.quantities:
+            recs, vals = [], []
+            for m in fw.METHODS:
+                if m.quantity != q or m.framework not in opts.frameworks:
+                    continue
+                r, v = run_method(m, case, args, dirs, opts.budget, missing)
+                if r["status"] == "ok" and primal:
+                    r["ratio"] = r["median_s"] / primal
+                recs.append(r)
+                vals.append(v)
+            check_agreement(recs, vals)
+            for r in recs:
+                _log_result(log, r)
+            results.extend(recs)
+    return results, missing
+
+
+def _log_result(log, r):
+    if r["status"] == "ok":
+        ratio = f"  ratio {r['ratio']:.3g}" if r.get("ratio") is not None else ""
+        bad = "" if r.get("agrees", True) else f"  WRONG: {r['detail']}"
+        log(f"  {r['quantity']:8s} {r['column']:26s} {format_time(r['median_s']):>10s}{ratio}{bad}")
+    else:
+        log(f"  {r['quantity']:8s} {r['column']:26s} {r['status']}: {r['detail'][:90]}")
+
+
+def main(argv=None):
+    opts = parse_args(argv)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.time()
+    threads = limit_threads(opts.threads, opts.frameworks)
+    results, missing = run_cases(opts, log)
+    scaling = None
+    if not opts.no_hessian:
+        log("hessian scaling")
+        scaling = hessian_scaling.run(opts.hessian_sizes, opts.frameworks,
+                                      budget=min(opts.budget, 0.3), seed=opts.seed, log=log)
+    versions = {f: fw.version(f) for f in opts.frameworks if f not in missing}
+    machine = machine_info(versions)
+    config = {"quick": opts.quick, "cases": opts.cases, "frameworks": opts.frameworks,
+              "quantities": opts.quantities, "budget_s": opts.budget, "seed": opts.seed,
+              "threads": threads,
+              "missing": missing, "started": time.strftime("%Y-%m-%d %H:%M:%S",
+                                                           time.localtime(started)),
+              "wall_s": round(time.time() - started, 1)}
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_json(out / "results.json", machine, config, results, scaling)
+    md = report.markdown(machine, config, results, scaling)
+    (out / "results.md").write_text(md)
+    if not opts.no_plot:
+        msg = report.plot(out / "ratios.png", results)
+        if msg:
+            log(msg)
+    print(md)
+    log(f"wrote {os.path.join(out, 'results.json')} and results.md in {config['wall_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
