@@ -5,6 +5,8 @@ import gc
 
 import numpy as np
 
+from .array_ops import has_buffer
+from .dual.dual_array import DualArray
 from .errors import NonDifferentiableInputError, OutputTypeError, TangentError
 from .pytree import flatten
 from .tape import Tape, TrackedArray
@@ -52,12 +54,21 @@ def _leaf_error(f, argnum, x, path=""):
 
 
 class _Tracked:
-    """The tracked leaves of one call: which argument/leaf each belongs to."""
+    """The tracked leaves of one call: which argument/leaf each belongs to.
+
+    ``f`` may write into its array arguments: the tracked handles are the user's arrays (no
+    copy), so after the call they hold what ``f`` wrote, as with plain NumPy, while
+    ``entry`` keeps a handle on each argument's value at entry, with respect to which the
+    gradients are taken. A dual argument (forward-over-reverse) gets its own copy of its
+    tangent, so that writes move the tangent of the tracked value, never the caller's
+    direction ``v``.
+    """
 
     def __init__(self, f, args, argnums, tape):
         self.args = list(args)
         self.slots = []  # (argnum, treedef, [leaf or tracked], [index of tracked leaf or None])
         self.tracked = []
+        self.entry = []
         for i in argnums:
             leaves, tree = flatten(args[i])
             if tree.kind == "leaf" and not is_float_leaf(leaves[0]):
@@ -66,8 +77,11 @@ class _Tracked:
             for leaf in leaves:
                 if is_float_leaf(leaf):
                     where.append(len(self.tracked))
+                    if type(leaf) is DualArray and has_buffer(leaf._tangent):
+                        leaf = DualArray(leaf._value, np.copy(leaf._tangent), leaf._tag)
                     t = tape.track(leaf)
                     self.tracked.append(t)
+                    self.entry.append(TrackedArray(t._value, tape, t._node))
                     new.append(t)
                 else:
                     where.append(None)
@@ -160,7 +174,7 @@ def value_and_grad(f, argnums=0):
             tr = _Tracked(f, args, nums, tape)
             y = f(*tr.args, **kwargs)
             _check_scalar(f, y)
-            grads = tr.structure(tape.gradient(y, tr.tracked))
+            grads = tr.structure(tape.gradient(y, tr.entry))
         return _unwrap_out(y), grads[0] if single else tuple(grads)
     return value_and_grad_f
 
@@ -210,7 +224,7 @@ def vjp(f, *args, **kwargs):
             if os_ != ss:
                 raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has shape "
                                    f"{ss}; the output it belongs to has shape {os_}.")
-        cots = tr.structure(tape.gradient(outs, tr.tracked, seeds=seeds))
+        cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
         full = [None] * len(args)
         for (i, *_), c in zip(tr.slots, cots):
             full[i] = c

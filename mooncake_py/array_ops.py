@@ -3,15 +3,62 @@
 Every attribute, operator and method here forwards to :func:`mooncake_py.dispatch.dispatch`,
 so the innermost transformation present handles it. Subclasses store the value that defines
 shape and dtype in ``_value`` and provide ``_lost(what)``, the error for a conversion that would
-drop the derivative.
+drop the derivative, and ``_mc_setitem(key, value)``, an in-place write (``x[key] = value``;
+the in-place operators ``+=`` ... and ``fill``/``sort`` are written with it).
 """
+import dis
 import operator
+import sys
 
 import numpy as np
 
-from .dispatch import dispatch
-from .errors import MutationError
+from .dispatch import dispatch, WRAPPER_TYPES
 from .rules.shape import astype as _astype
+
+_STORE_SUBSCR = dis.opmap.get("STORE_SUBSCR")
+_SCALAR_TYPES = (np.generic, float, int, complex)
+
+
+def innermost(v):
+    """The plain array (or number) inside any number of wrapper layers (tracked, dual)."""
+    while type(v) in WRAPPER_TYPES:
+        v = v._value
+    return v
+
+
+def buffer_root(v):
+    """The array that owns the memory of ``v`` (the innermost value of a wrapper): views of one
+    buffer share their root, so a write through one can be detected when another is read."""
+    v = innermost(v)
+    while True:
+        b = getattr(v, "base", None)
+        if b is None or isinstance(b, (bytes, memoryview)):
+            return v
+        v = b
+
+
+def has_buffer(v):
+    """Whether ``v`` (possibly wrapped) is an array that can be written in place, as opposed to
+    a NumPy or Python scalar (which in-place operators rebind instead)."""
+    return not isinstance(innermost(v), _SCALAR_TYPES)
+
+
+def is_view_of(a, b):
+    """Whether ``a`` is a view (not a copy) into the memory of ``b``; both possibly wrapped."""
+    ia = innermost(a)
+    if isinstance(ia, _SCALAR_TYPES) or getattr(ia, "base", None) is None:
+        return False
+    return buffer_root(ia) is buffer_root(b)
+
+
+def writing_into_plain_array():
+    """Whether the Python code two frames up is executing ``array[key] = value``: then a
+    conversion NumPy asks for (``__float__``/``__array__``) is a write into a plain array."""
+    try:
+        f = sys._getframe(2)
+        return f.f_code.co_code[f.f_lasti] == _STORE_SUBSCR
+    except (AttributeError, IndexError, ValueError):  # other interpreters: no frame details
+        return False
 
 
 class ArrayOps:
@@ -20,9 +67,13 @@ class ArrayOps:
     __hash__ = None
 
     def __array__(self, dtype=None, copy=None):
+        if writing_into_plain_array():
+            raise self._lost(WRITTEN_INTO_PLAIN)
         raise self._lost("converted to a plain NumPy array")
 
     def __float__(self):
+        if writing_into_plain_array():
+            raise self._lost(WRITTEN_INTO_PLAIN)
         raise self._lost("converted to a Python float")
 
     def __complex__(self):
@@ -61,22 +112,26 @@ class ArrayOps:
 
     @property
     def T(self):
-        return dispatch(np.transpose, (self,), {})
+        return self._view_op(np.transpose, (), {})
 
     @property
     def mT(self):
-        return dispatch(np.swapaxes, (self, -1, -2), {})
+        return self._view_op(np.swapaxes, (-1, -2), {})
+
+    def _view_op(self, fn, args, kwargs):
+        """``fn(self, *args, **kwargs)`` for a function that returns a view (reshape,
+        transpose, ...); TrackedArray records which handle the view belongs to."""
+        return dispatch(fn, (self,) + args, kwargs)
 
     # --- indexing -------------------------------------------------------------------------------
     def __getitem__(self, key):
         return dispatch(operator.getitem, (self, key), {})
 
     def __setitem__(self, key, value):
-        raise MutationError(
-            f"writing into a {type(self).__name__} (x[{key!r}] = ...) is not supported yet: the tape cannot "
-            "represent in-place writes. Build the result functionally instead, e.g. with "
-            "np.where(mask, new, x), np.concatenate / np.stack of the pieces, or a list of values "
-            "passed to np.stack.")
+        self._mc_setitem(key, value)
+
+    def fill(self, value):
+        self._mc_setitem(Ellipsis, value)
 
     # --- methods ----------------------------------------------------------------------------
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
@@ -129,24 +184,24 @@ class ArrayOps:
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
-        return dispatch(np.reshape, (self, shape), {"order": order} if order != "C" else {})
+        return self._view_op(np.reshape, (shape,), {"order": order} if order != "C" else {})
 
     def ravel(self, order="C"):
-        return dispatch(np.ravel, (self,), {"order": order} if order != "C" else {})
+        return self._view_op(np.ravel, (), {"order": order} if order != "C" else {})
 
-    def flatten(self, order="C"):
-        return self.ravel(order)
+    def flatten(self, order="C"):  # always a copy, unlike ravel: writes into it stay in it
+        return dispatch(np.copy, (self.ravel(order),), {})
 
     def transpose(self, *axes):
         if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)):
             axes = axes[0]
-        return dispatch(np.transpose, (self, axes or None), {})
+        return self._view_op(np.transpose, (axes or None,), {})
 
     def swapaxes(self, a, b):
-        return dispatch(np.swapaxes, (self, a, b), {})
+        return self._view_op(np.swapaxes, (a, b), {})
 
     def squeeze(self, axis=None):
-        return dispatch(np.squeeze, (self,), {"axis": axis})
+        return self._view_op(np.squeeze, (), {"axis": axis})
 
     def clip(self, min=None, max=None, **kw):
         return dispatch(np.clip, (self, min, max), kw)
@@ -154,8 +209,8 @@ class ArrayOps:
     def dot(self, other):
         return dispatch(np.dot, (self, other), {})
 
-    def copy(self, order="K"):
-        return dispatch(np.copy, (self,), {})
+    def copy(self, order="C"):  # ndarray.copy lays the copy out in C order, np.copy keeps it
+        return dispatch(np.copy, (self,), {"order": order})
 
     def astype(self, dtype, copy=True, **kw):
         return dispatch(_astype, (self, dtype), {})
@@ -175,10 +230,11 @@ class ArrayOps:
     def tolist(self):
         raise self._lost("turned into Python numbers by .tolist()")
 
-    def sort(self, *a, **kw):
-        raise MutationError("x.sort() sorts a TrackedArray in place, which the tape cannot "
-                            "represent; use x = np.sort(x) instead.")
+    def sort(self, axis=-1, kind=None, order=None):
+        self._mc_setitem(Ellipsis, dispatch(np.sort, (self, axis, kind, order), {}))
 
+    def put(self, indices, values, mode="raise"):
+        dispatch(np.put, (self, indices, values, mode), {})
 
 
 def _binary(ufunc, reflected=False):
@@ -195,7 +251,36 @@ for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
 for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
                    ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
     setattr(ArrayOps, f"__{_name}__", _binary(_uf))
+
+
+def _inplace(ufunc):
+    """``x op= y``: compute ``x op y`` and write it into x's buffer, so that every view of the
+    buffer sees it, as in NumPy. A scalar x has no buffer: NotImplemented makes Python rebind
+    ``x = x op y`` instead."""
+    def op(self, other):
+        if not has_buffer(self._value):
+            return NotImplemented
+        r = dispatch(ufunc, (self, other), {})
+        rs, ss = getattr(r, "shape", ()), self._value.shape
+        if tuple(rs) != tuple(ss):
+            raise ValueError(f"non-broadcastable output operand with shape {tuple(ss)} doesn't "
+                             f"match the broadcast shape {tuple(rs)}")
+        self._mc_setitem(Ellipsis, r)
+        return self
+    return op
+
+
+for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("floordiv", np.floor_divide),
+                   ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul)]:
+    setattr(ArrayOps, f"__i{_name}__", _inplace(_uf))
 ArrayOps.__neg__ = lambda self: dispatch(np.negative, (self,), {})
 ArrayOps.__pos__ = lambda self: dispatch(np.positive, (self,), {})
 ArrayOps.__abs__ = lambda self: dispatch(np.absolute, (self,), {})
 
+WRITTEN_INTO_PLAIN = (
+    "written into a plain NumPy array (plain[i] = value, or out=plain), which cannot hold its "
+    "derivative. Create the array from the value being differentiated (here called x) so that "
+    "it carries derivatives too: np.empty_like(x), np.zeros_like(x, shape=(n, m)), "
+    "np.zeros((n, m), like=x) or x.copy() instead of np.zeros((n, m)); writes into it "
+    "(out[i] = value, out += value, out=) are then differentiated")

@@ -314,11 +314,11 @@ def test_method_forms(f):
     check_grads(f, r(2, 3))
 
 
-def test_like_constructors_are_constants():
+def test_like_constructors_are_constant_buffers():
     def f(x):
         z, o, e, c = np.zeros_like(x), np.ones_like(x), np.empty_like(x), np.full_like(x, 3.0)
-        assert all(type(v) is np.ndarray for v in (z, o, e, c))
-        e[...] = 1.0  # plain arrays: writing into them is fine
+        assert all(type(v) is mp.TrackedArray for v in (z, o, e, c))
+        e[...] = 1.0
         return np.sum(x * x * (z + o + e + c))
     x = np.array([1.0, 2.0])
     np.testing.assert_allclose(mp.grad(f)(x), 2 * x * 5.0)

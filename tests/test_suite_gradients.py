@@ -9,7 +9,6 @@ from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
 
 XP = numpy_namespace()
-NAIVE = "naive_map_sin_cos_exp"
 # A few random directions suffice for the big cases: each direction tests every input at once.
 NDIRS = {"simple_mlp": 2, "gp_lml": 2, "turing_broadcast_benchmark": 2}
 
@@ -20,22 +19,9 @@ def _check(name):
     check_grads(g, *diff, ndirs=NDIRS.get(name, 3))
 
 
-@pytest.mark.parametrize("name", [n for n in CASES if n != NAIVE])
+@pytest.mark.parametrize("name", list(CASES))
 def test_case_gradient_matches_finite_differences(name):
     _check(name)
-
-
-@pytest.mark.xfail(raises=(mp.MutationError, mp.TrackingLostError), strict=True,
-                   reason="mutation support is a later issue")
-def test_naive_map_sin_cos_exp_needs_mutation():
-    # Today np.empty_like(x) gives a plain array and y[i, j] = tracked is refused; NumPy
-    # re-raises that as ValueError from __float__, with mooncake_py's error as the cause.
-    try:
-        _check(NAIVE)
-    except ValueError as e:
-        if isinstance(e.__cause__, mp.MooncakeError):
-            raise e.__cause__ from e
-        raise
 
 
 def _grads(name, seed=2):
@@ -92,7 +78,7 @@ def _hvp_by_differences(g, diff, v, h):
     return [(p - m) / (2 * h) for p, m in zip(plus, minus)]
 
 
-@pytest.mark.parametrize("name", [n for n in CASES if n != NAIVE])
+@pytest.mark.parametrize("name", list(CASES))
 def test_case_hvp_matches_gradient_differences(name):
     if not hasattr(mp, "hvp"):
         pytest.skip("mp.hvp does not exist yet")

@@ -16,7 +16,8 @@ expressions in the table's vocabulary. Emitters turn it into:
 
 - :func:`numpy_source`: whole-array Python (the NumPy-composition path and the test oracle);
 - :func:`numba_source`: a loop over elements (and lanes) for ``numba.njit``;
-- :func:`c_source`: CUDA C statements, for a CuPy ``ElementwiseKernel`` body.
+- :func:`c_source`: CUDA C statements; :func:`cuda_kernel`: a whole CuPy ``ElementwiseKernel``
+  (parameters, body, and the device definitions of calls CUDA lacks, :func:`c_preamble`).
 
 :func:`hoist` moves calls that numba would evaluate with scalar libm (``exp``, ``tanh``,
 ``digamma``...) out of the loop, to be computed by NumPy's SIMD ufuncs (or scipy) beforehand;
@@ -458,36 +459,52 @@ def numba_source(ir, fname, scalars=frozenset(), dtype="float64"):
 
 _C_FUNCS = {"abs": "fabs", "pow": "pow", "asin": "asin", "acos": "acos", "atan": "atan",
             "atan2": "atan2", "max": "fmax", "min": "fmin"}
-# Vocabulary calls with no CUDA math-library counterpart: a GPU generator must supply them.
+# Vocabulary calls with no CUDA math-library counterpart: emitted as ``mc_<name>`` calls, whose
+# device definitions :func:`c_preamble` supplies.
 C_MISSING = frozenset({"digamma", "trigamma", "tetragamma", "ndtr", "log_ndtr", "logaddexp",
                        "logaddexp2", "xlogy"})
+# The CUDA math functions (and operators' helpers) a generated body may call; anything else it
+# calls must come from the preamble.
+C_MATH = frozenset({"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "cbrt",
+                    "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2", "asinh", "acosh",
+                    "atanh", "floor", "trunc", "fabs", "pow", "hypot", "fmod", "fmax", "fmin",
+                    "erf", "erfc", "lgamma"})
 
 
-def c_expr(expr):
-    """CUDA C text of an expression: ``select`` as ``?:``, literals as doubles, every operation
-    parenthesised. (Calls in :data:`C_MISSING` are emitted by name.)"""
-    if isinstance(expr, ast.Constant):
-        return repr(float(expr.value))
-    if isinstance(expr, ast.Name):
-        return repr(CONSTANTS[expr.id]) if expr.id in CONSTANTS else expr.id
-    if isinstance(expr, ast.UnaryOp):
-        return f"(-{c_expr(expr.operand)})"
-    if isinstance(expr, ast.BinOp):
-        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(expr.op)]
-        return f"({c_expr(expr.left)} {op} {c_expr(expr.right)})"
-    if isinstance(expr, ast.Compare):
-        op = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==",
-              ast.NotEq: "!="}[type(expr.ops[0])]
-        return f"({c_expr(expr.left)} {op} {c_expr(expr.comparators[0])})"
-    if isinstance(expr, ast.Call):
-        fn = expr.func.id
-        args = [c_expr(a) for a in expr.args]
-        if fn == "select":
-            return f"({args[0]} ? {args[1]} : {args[2]})"
-        if fn == "sign":
-            return f"(({args[0]} > 0) - ({args[0]} < 0))"
-        return f"{_C_FUNCS.get(fn, fn)}({', '.join(args)})"
-    raise ValueError(f"cannot emit {ast.dump(expr)} as C")
+def c_expr(expr, ctype=None):
+    """CUDA C text of an expression: ``select`` as ``?:``, every operation parenthesised, calls
+    in :data:`C_MISSING` as ``mc_<name>``. Literals are doubles, or, with ``ctype``, cast to it
+    (``T(0.5)``) so that a float32 kernel computes in float32 as NumPy does."""
+    def lit(v):
+        return f"{ctype}({v!r})" if ctype else repr(v)
+
+    def emit(e):
+        if isinstance(e, ast.Constant):
+            return lit(float(e.value))
+        if isinstance(e, ast.Name):
+            return lit(CONSTANTS[e.id]) if e.id in CONSTANTS else e.id
+        if isinstance(e, ast.UnaryOp):
+            return f"(-{emit(e.operand)})"
+        if isinstance(e, ast.BinOp):
+            op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(e.op)]
+            return f"({emit(e.left)} {op} {emit(e.right)})"
+        if isinstance(e, ast.Compare):
+            op = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==",
+                  ast.NotEq: "!="}[type(e.ops[0])]
+            return f"({emit(e.left)} {op} {emit(e.comparators[0])})"
+        if isinstance(e, ast.Call):
+            fn = e.func.id
+            args = [emit(a) for a in e.args]
+            if fn == "select":
+                return f"({args[0]} ? {args[1]} : {args[2]})"
+            if fn == "sign":
+                zero = lit(0.0)
+                return f"(({args[0]} > {zero}) - ({args[0]} < {zero}))"
+            if fn in C_MISSING:
+                return f"mc_{fn}({', '.join(args)})"
+            return f"{_C_FUNCS.get(fn, fn)}({', '.join(args)})"
+        raise ValueError(f"cannot emit {ast.dump(e)} as C")
+    return emit(expr)
 
 
 def c_source(ir, ctype="T"):
@@ -496,5 +513,197 @@ def c_source(ir, ctype="T"):
     lines = []
     for s in ir.body:
         prefix = f"{ctype} " if s.kind == "let" else ""
-        lines.append(f"{prefix}{s.name} = {c_expr(s.expr)};")
+        lines.append(f"{prefix}{s.name} = {c_expr(s.expr, ctype)};")
     return "\n".join(lines)
+
+
+def c_calls(ir):
+    """Names of the functions a program calls, as the emitted C spells them."""
+    out = set()
+    for s in ir.body:
+        for n in ast.walk(s.expr):
+            if isinstance(n, ast.Call) and n.func.id not in ("select", "sign"):
+                fn = n.func.id
+                out.add(f"mc_{fn}" if fn in C_MISSING else _C_FUNCS.get(fn, fn))
+    return out
+
+
+# --- device definitions of the vocabulary's non-CUDA functions ----------------------------------
+# Plain C++ on purpose (no CUDA intrinsics): with ``__device__`` defined away the very same text
+# compiles on the host, which is how the tests check it without a GPU. The gamma-family and
+# log_ndtr compute in double and round once (they are rare, memory-bound work on a GPU either way).
+_C_DEFS = {
+    "mc_inf": """
+__device__ inline double mc_inf() { double z = 0.0; return 1.0 / z; }
+""",
+    "mc_logaddexp": """
+template <typename T> __device__ T mc_logaddexp(T a, T b) {
+    if (a == b) return a + T(0.6931471805599453);  /* also +-inf: no inf - inf */
+    T m = a > b ? a : b;
+    T d = a > b ? b - a : a - b;  /* -|a - b|, nan when either is nan */
+    return m + log1p(exp(d));
+}
+""",
+    "mc_logaddexp2": """
+template <typename T> __device__ T mc_logaddexp2(T a, T b) {
+    if (a == b) return a + T(1.0);
+    T m = a > b ? a : b;
+    T d = a > b ? b - a : a - b;
+    return m + log1p(exp2(d)) * T(1.4426950408889634);
+}
+""",
+    "mc_xlogy": """
+template <typename T> __device__ T mc_xlogy(T a, T b) {
+    return (a == T(0.0) && !isnan(b)) ? T(0.0) : a * log(b);
+}
+""",
+    "mc_ndtr": """
+template <typename T> __device__ T mc_ndtr(T a) {
+    return T(0.5) * erfc(a * T(-0.7071067811865476));
+}
+""",
+    "mc_log_ndtr": """
+template <typename T> __device__ T mc_log_ndtr(T x) {
+    double a = (double)x;
+    if (a >= 0.0) return (T)log1p(-0.5 * erfc(a * 0.7071067811865476));
+    if (a > -20.0) return (T)log(0.5 * erfc(-a * 0.7071067811865476));
+    /* log of the asymptotic series of Mills' ratio, where erfc underflows */
+    double r = 1.0 / (a * a);
+    double s = 1.0 - r * (1.0 - 3.0 * r * (1.0 - 5.0 * r * (1.0 - 7.0 * r * (1.0 - 9.0 * r))));
+    return (T)(-0.5 * a * a - log(-a) - 0.9189385332046728 + log(s));
+}
+""",
+    "mc_digamma": """
+__device__ inline double mc_digamma_d(double x) {
+    if (isnan(x)) return x;
+    if (x == mc_inf()) return x;
+    double r = 0.0;
+    if (x <= 0.0) {
+        if (x == floor(x)) return x == 0.0 ? -1.0 / x : mc_inf() - mc_inf();  /* -+inf at -+0 */
+        /* reflection: psi(x) = psi(1 - x) - pi / tan(pi x); tan has period 1: reduce first */
+        r = -3.141592653589793 / tan(3.141592653589793 * (x - rint(x)));
+        x = 1.0 - x;
+    }
+    while (x < 10.0) { r -= 1.0 / x; x += 1.0; }
+    double t = 1.0 / (x * x);
+    return r + log(x) - 0.5 / x - t * (1.0 / 12 - t * (1.0 / 120 - t * (1.0 / 252 - t * (
+        1.0 / 240 - t * (1.0 / 132 - t * (691.0 / 32760 - t / 12))))));
+}
+template <typename T> __device__ T mc_digamma(T x) { return (T)mc_digamma_d((double)x); }
+""",
+    "mc_trigamma": """
+__device__ inline double mc_trigamma_d(double x) {
+    if (isnan(x)) return x;
+    if (x == mc_inf()) return 0.0;
+    double r = 0.0;
+    if (x <= 0.0) {
+        if (x == floor(x)) return mc_inf();
+        /* reflection: psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x) */
+        double s = sin(3.141592653589793 * (x - rint(x)));
+        return 9.869604401089358 / (s * s) - mc_trigamma_d(1.0 - x);
+    }
+    while (x < 10.0) { r += 1.0 / (x * x); x += 1.0; }
+    double t = 1.0 / x, t2 = t * t;
+    return r + t + 0.5 * t2 + t * t2 * (1.0 / 6 - t2 * (1.0 / 30 - t2 * (1.0 / 42 - t2 * (
+        1.0 / 30 - t2 * (5.0 / 66 - t2 * (691.0 / 2730 - t2 * 7.0 / 6))))));
+}
+template <typename T> __device__ T mc_trigamma(T x) { return (T)mc_trigamma_d((double)x); }
+""",
+    "mc_tetragamma": """
+__device__ inline double mc_tetragamma_d(double x) {
+    if (isnan(x)) return x;
+    if (x == mc_inf()) return -0.0;
+    double r = 0.0;
+    if (x <= 0.0) {
+        if (x == floor(x)) return -mc_inf();
+        /* reflection: psi2(x) = psi2(1 - x) - 2 pi^3 cos(pi x) / sin^3(pi x) */
+        double u = 3.141592653589793 * (x - rint(x));
+        double s = sin(u);
+        r = -62.01255336059963 * cos(u) / (s * s * s);
+        x = 1.0 - x;
+    }
+    while (x < 10.0) { r -= 2.0 / (x * x * x); x += 1.0; }
+    double t = 1.0 / x, t2 = t * t;
+    return r - t2 * (1.0 + t + t2 * (0.5 - t2 * (1.0 / 6 - t2 * (1.0 / 6 - t2 * (
+        0.3 - t2 * (5.0 / 6 - t2 * (691.0 / 210 - t2 * 17.5)))))));
+}
+template <typename T> __device__ T mc_tetragamma(T x) { return (T)mc_tetragamma_d((double)x); }
+""",
+}
+# What each definition calls from the others (emitted first).
+_C_DEPS = {"mc_digamma": ("mc_inf",), "mc_trigamma": ("mc_inf",), "mc_tetragamma": ("mc_inf",)}
+
+
+def c_preamble(calls):
+    """Device definitions of the ``mc_*`` functions among ``calls`` (see :func:`c_calls`), in
+    dependency order; "" when none is needed."""
+    order = []
+    for name in sorted(c for c in calls if c in _C_DEFS):
+        for dep in _C_DEPS.get(name, ()) + (name,):
+            if dep not in order:
+                order.append(dep)
+    return "".join(_C_DEFS[n] for n in order)
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """The arguments of a CuPy ``ElementwiseKernel(in_params, out_params, operation, name,
+    preamble=preamble)`` for one program, and the order of its arguments.
+
+    ``inputs``: names of the input parameters, in call order; ``outputs``: ``(name, raw)`` of the
+    output parameters, in call order (the caller allocates all of them). Output parameters are
+    the program's output names prefixed with ``out_``.
+    """
+    name: str
+    in_params: str
+    out_params: str
+    operation: str
+    preamble: str
+    inputs: tuple
+    outputs: tuple
+
+
+def cuda_kernel(ir, name, lanes=False, ctype="T"):
+    """The CuPy ``ElementwiseKernel`` of a program (see :class:`CudaKernel`).
+
+    Every parameter has the placeholder type ``T``, so one kernel serves float32 and float64
+    (CuPy compiles it per dtype on first use). Without ``lanes`` the kernel runs over the
+    output's shape and writes every output element by element. With ``lanes`` the tangent
+    outputs carry a leading lane axis, the iteration runs over ``(k,) + shape``, and the primal
+    outputs (shape ``shape``, C-contiguous) are ``raw`` parameters written by the first lane
+    only: index ``i`` below their size is element ``i`` of lane 0.
+
+    Example:
+        >>> from mooncake_py.rules.derivative_table import TABLE
+        >>> k = cuda_kernel(frule_ir(TABLE["sin"], (True,)), "sin_frule")
+        >>> k.in_params, k.out_params
+        ('T a, T ta', 'T out_y, T out_ty')
+        >>> print(k.operation)
+        T y = sin(a);
+        out_y = y;
+        T d0 = cos(a);
+        out_ty = (d0 * ta);
+    """
+    ins = tuple(ir.inputs) + tuple(ir.tangents)
+    outs, lines = [], []
+    for s in ir.body:
+        text = c_expr(s.expr, ctype)
+        if s.kind == "let":
+            lines.append(f"{ctype} {s.name} = {text};")
+        elif s.kind == "out":
+            raw = bool(lanes)
+            outs.append((f"out_{s.name}", raw))
+            lines.append(f"{ctype} {s.name} = {text};")
+            lines.append(f"if (i < out_{s.name}.size()) out_{s.name}[i] = {s.name};" if raw
+                         else f"out_{s.name} = {s.name};")
+        else:
+            outs.append((f"out_{s.name}", False))
+            lines.append(f"out_{s.name} = {text};")
+    return CudaKernel(
+        name=name,
+        in_params=", ".join(f"{ctype} {n}" for n in ins),
+        out_params=", ".join(f"{'raw ' if raw else ''}{ctype} {n}" for n, raw in outs),
+        operation="\n".join(lines),
+        preamble=c_preamble(c_calls(ir)),
+        inputs=ins,
+        outputs=tuple(outs))

@@ -15,12 +15,15 @@ import inspect
 
 import numpy as np
 
-from ..array_ops import ArrayOps
+from ..array_ops import ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost
 from ..config import _CONFIG as _DEBUG
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
 from ..errors import (MissingRuleError, MutationError, NonDifferentiableInputError, RuleError,
                       TangentError, TrackingLostError)
 from ..rules.broadcasting import shape_of
+from ..rules.indexing import is_basic_index
+from ..rules.lanes import align, expand_ellipsis
+from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like, zero_tangent
 from ..rules.registry import FRULES, FRULE_LANES, RRULES, ZERO_DERIVATIVE, fn_name
 
 _SEQ = (list, tuple)
@@ -63,7 +66,41 @@ class DualArray(ArrayOps):
         return dispatch(ufunc if method == "__call__" else (ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if func in LIKE_CONSTRUCTORS:  # np.zeros(shape, like=x): only `like` dispatches here
+            return _like(self, func, args, kwargs)
         return dispatch(func, args, kwargs)
+
+    def _mc_setitem(self, key, value):
+        """``self[key] = value`` in place: the primal as NumPy writes it, the tangent likewise
+        (the value's tangent, or zero for a constant), so views of either see the write."""
+        tag = self._tag
+        if type(value) in _SEQ and any(type(b) is DualArray and b._tag is tag for b in value):
+            value = np.stack(value)
+        if type(value) is DualArray and value._tag is tag:
+            vp, vt = value._value, value._tangent
+        else:
+            vp, vt = value, None
+        p = self._value
+        if not has_buffer(p):
+            p[key] = vp  # a NumPy scalar: NumPy's own error
+        t = self._writable_tangent()
+        p[key] = vp
+        _write_tangent(t, key, vt, tag.lanes, p)
+
+    def _writable_tangent(self):
+        t = self._tangent
+        inner = innermost(t)
+        if type(inner) is np.ndarray and not inner.flags.writeable \
+                or isinstance(inner, (np.generic, float)):
+            p = innermost(self._value)
+            if getattr(p, "base", None) is not None:
+                raise MutationError(
+                    "cannot write through this view of a dual value: its tangent is a read-only "
+                    "array, so the write could not reach the tangent of the array it views. "
+                    "Copy it first (y = x.copy()) or write into the array itself.")
+            # The buffer owns its memory: it may own a private tangent too.
+            t = self._tangent = np.copy(t)
+        return t
 
     @property
     def primal(self):
@@ -83,17 +120,84 @@ class DualArray(ArrayOps):
 
     def _lost(self, what):
         v = self._value
+        desc = (f"A dual value (DualArray of {type(v).__name__}, dtype {v.dtype}, shape "
+                f"{tuple(np.shape(v))}) was {what}")
+        if what is WRITTEN_INTO_PLAIN:
+            return TrackingLostError(
+                f"{desc}. If an error about 'setting an array element with a sequence' follows, "
+                "it is NumPy reporting this one.")
         return TrackingLostError(
-            f"A dual value (DualArray of {type(v).__name__}, dtype {v.dtype}, shape "
-            f"{tuple(np.shape(v))}) was {what}, which would silently drop its derivative. Common "
+            f"{desc}, which would silently drop its derivative. Common "
             "causes and fixes: np.array([x[0], x[1]]) -> use np.stack([x[0], x[1]]); math.sin(x) / "
             "float(x) -> use np.sin(x) and keep it an array; writing it into a plain array "
-            "(out[i] = x) -> build the result functionally (np.stack, np.where, np.concatenate); a "
+            "(out[i] = x with out = np.zeros(n)) -> create the array from a dual value, "
+            "np.zeros_like(x, shape=(n,)), np.zeros(n, like=x), np.empty_like(x) or x.copy(); a "
             "library function that calls np.asarray internally -> wrap it with mp.primitive and "
             "give it an mp.frule. To read the numbers, use mp.primal(x) and mp.tangent(x).")
 
 
 WRAPPER_TYPES.add(DualArray)
+
+
+def _write_tangent(t, key, vt, lanes, p):
+    """Write tangent ``vt`` (None: zero) into the region ``key`` of tangent ``t`` of primal
+    ``p``; with lanes, the lane axis of ``t`` and ``vt`` comes first."""
+    val = 0 if vt is None else vt
+    if not lanes:
+        t[key] = val
+        return
+    key = key if type(key) is tuple else (key,)
+    if vt is not None:
+        rnd = len(shape_of(p[key]))
+        vs = tuple(shape_of(vt))[1:]
+        if len(vs) > rnd:  # leading length-one axes, which assignment drops
+            val = np.reshape(vt, (lanes,) + vs[len(vs) - rnd:])
+        val = align(val, rnd)
+    if is_basic_index(key):
+        t[(slice(None),) + key] = val
+        return
+    # Advanced indices may move their axes to the front: index with the lane axis moved last.
+    key = expand_ellipsis(key, len(shape_of(p)))
+    np.moveaxis(t, 0, -1)[key] = val if vt is None else np.moveaxis(val, 0, -1)
+
+
+def _like(d, func, args, kwargs):
+    """``func(*args, like=d, **kwargs)`` (np.zeros, np.empty, ...): a dual buffer with a zero
+    tangent when floating point, so that dual values can be written into it."""
+    tag = d._tag
+    fill = None
+    if func is np.full:
+        if len(args) > 1 and type(args[1]) is DualArray and args[1]._tag is tag:
+            fill = args[1]
+            args = (args[0], np.zeros((), fill.dtype)[()]) + tuple(args[2:])
+        elif type(kwargs.get("fill_value")) is DualArray and kwargs["fill_value"]._tag is tag:
+            fill = kwargs["fill_value"]
+            kwargs = dict(kwargs, fill_value=np.zeros((), fill.dtype)[()])
+    out = call_like(func, args, kwargs, d._value)
+    dt = getattr(out, "dtype", None)
+    if dt is None or dt.kind != "f":
+        return out
+    b = DualArray(out, zero_tangent(out, tag.lanes), tag)
+    if fill is not None:
+        b[...] = fill
+    return b
+
+
+def _write_out(fn, o, r, where):
+    """``fn(..., out=o)``: write the result ``r`` into ``o`` (a dual buffer) as NumPy would."""
+    outs = o if type(o) is tuple else (o,)
+    rs = r if len(outs) > 1 else (r,)
+    for oi, ri in zip(outs, rs):
+        if oi is None:
+            continue
+        if where is not True:
+            ri = np.where(where, ri, oi)
+        if type(ri) is DualArray and type(oi) not in WRAPPER_TYPES:
+            raise ri._lost(WRITTEN_INTO_PLAIN)
+        oi[...] = ri
+    if type(o) is tuple:
+        return outs[0] if len(outs) == 1 else outs
+    return o
 
 
 # --- the forward dispatch -------------------------------------------------------------------
@@ -102,9 +206,8 @@ def _apply(tag, fn, args, kwargs):
         if "out" in kwargs:
             o = kwargs["out"]
             if o is not None and not (type(o) is tuple and all(u is None for u in o)):
-                raise MutationError(
-                    f"{fn_name(fn)}(..., out=...) writes into an existing array, which forward "
-                    "mode cannot represent; drop out= and use the returned value.")
+                rest = {k: v for k, v in kwargs.items() if k not in ("out", "where")}
+                return _write_out(fn, o, _apply(tag, fn, args, rest), kwargs.get("where", True))
             kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         if any(type(v) is DualArray and v._tag is tag for v in kwargs.values()):
             args, kwargs = _kwargs_to_positional(fn, args, kwargs, tag)
@@ -123,6 +226,9 @@ def _apply(tag, fn, args, kwargs):
             tangents.append(None)
     rule = FRULES.get(fn)
     if rule is None:
+        mutator = MUTATORS.get(fn)
+        if mutator is not None:  # np.copyto, np.put, ...: writes through _mc_setitem
+            return mutator(*args, **kwargs)
         if fn in ZERO_DERIVATIVE:
             return _call(fn, primals, kwargs)
         return _trace_primitive(fn, args, kwargs)
@@ -131,7 +237,41 @@ def _apply(tag, fn, args, kwargs):
         out, tout = native(primals, tangents, tag.lanes, kwargs)
     else:
         out, tout = _run_rule(fn, rule, primals, tangents, tag.lanes, kwargs)
+    if type(out) is np.ndarray and type(tout) is np.ndarray:
+        tout = _paired(out, tout, primals, tangents)
     return _wrap(fn, out, tout, tag)
+
+
+def _paired(out, tout, primals, tangents):
+    """``tout``, made to share memory with the inputs' tangents exactly as ``out`` does with
+    their primals, so that writes (``y[i] = v``) and views stay consistent in both.
+
+    A fresh primal gets a tangent of its own, laid out like it (rules may return an input's
+    tangent, ``x + c``, a read-only broadcast, or a differently ordered copy). A view of an
+    input whose tangent is not the same view of the input's tangent (their layouts differed)
+    gets a read-only tangent: writing through it raises MutationError, never loses the write.
+    """
+    if out.base is not None:
+        root = buffer_root(out)
+        for p, t in zip(primals, tangents):
+            if type(t) is np.ndarray and type(p) is np.ndarray and buffer_root(p) is root:
+                if buffer_root(tout) is buffer_root(t):
+                    return tout
+                tout = tout.view()
+                tout.flags.writeable = False
+                return tout
+    # A fresh primal (or a view of a temporary made inside the rule).
+    shared = not tout.flags.writeable
+    if not shared:
+        troot = buffer_root(tout) if tout.base is not None else tout
+        for t in tangents:
+            if t is tout or (type(t) is np.ndarray and buffer_root(t) is troot):
+                shared = True
+                break
+    c_order = out.flags.c_contiguous
+    if shared or (c_order and not tout.flags.c_contiguous):
+        return np.array(tout, order="C" if c_order else "K")
+    return tout
 
 
 def _trace_primitive(fn, args, kwargs):

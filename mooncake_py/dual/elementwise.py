@@ -7,7 +7,9 @@ ways:
   type, nested wrappers, lanes by broadcasting);
 - the fused path, for large C-contiguous float32/float64 NumPy arrays of one shape (or scalars):
   transcendental calls are evaluated by NumPy first (its SIMD ufuncs beat scalar libm calls), then
-  one numba loop does all the arithmetic, for every lane, in a single pass over memory.
+  one numba loop does all the arithmetic, for every lane, in a single pass over memory;
+- the GPU path, for CuPy arrays of any size, layout and broadcast: one generated
+  ``ElementwiseKernel`` per program (:mod:`.kernels_gpu`), every call inline.
 
 Both run the same statements in the same order, so they agree to rounding. Arrays smaller than
 :data:`KERNEL_MIN_SIZE` elements take the NumPy path (a kernel call has a fixed cost of a few
@@ -17,21 +19,33 @@ the environment variable ``MOONCAKE_PY_KERNELS=0`` disables the fused path.
 All rules here are lane-native: they receive tangents with or without a lane axis and broadcast
 the derivative values over it.
 """
+import math
 import os
 
 import numpy as np
 
+from ..array_module import device_module
 from ..rules.derivative_table import TABLE, NP_VOCABULARY
 from ..rules.elementwise import ew_pullback
 from ..rules.lanes import align
 from ..rules.registry import FRULES, FRULE_LANES
-from . import codegen
+from . import codegen, kernels_gpu
 
 # Elements below which the NumPy composition path is used. benchmarks/kernels.py measures the
 # crossover at 0.5k-16k elements depending on the op (a fused call costs ~4 µs more in fixed
 # overhead: hoisting, numba's argument dispatch, output allocation); 8k is the median.
 KERNEL_MIN_SIZE = 8192
 USE_KERNELS = os.environ.get("MOONCAKE_PY_KERNELS", "1") != "0"
+_NUMBA = []  # [whether numba can be imported], decided on the first large array
+
+
+def _numba():
+    """Whether the CPU loops can be compiled: numba is a dependency, but an environment without
+    it (a GPU machine set up by hand) still differentiates, by the NumPy composition."""
+    if not _NUMBA:
+        import importlib.util
+        _NUMBA.append(importlib.util.find_spec("numba") is not None)
+    return _NUMBA[0]
 
 _POWERS = ("power", "float_power")
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
@@ -255,6 +269,11 @@ def _big(x):
     return type(x) is np.ndarray and x.size >= KERNEL_MIN_SIZE
 
 
+def _on_device(x):
+    """Whether ``x`` is a device (CuPy) array: the GPU kernels apply."""
+    return type(x) is not np.ndarray and device_module(x) is not None
+
+
 # --- frules of the table's ops ----------------------------------------------------------------
 def _op_frule(entry):
     uf, nin = entry.ufunc, entry.nin
@@ -284,8 +303,13 @@ def _op_frule(entry):
                 prog = get(_BOTH if ta is not None else _SECOND, None)
             big = ((type(a) is np.ndarray and a.size >= KERNEL_MIN_SIZE) or
                    (type(b) is np.ndarray and b.size >= KERNEL_MIN_SIZE))
-        if big and USE_KERNELS and not kwargs and prog.fusible:
+        if big and USE_KERNELS and not kwargs and prog.fusible and _numba():
             res = _fused_frule(prog, uf, a, b, ta, tb, lanes)
+            if res is not None:
+                return res
+        elif USE_KERNELS and not kwargs and (_on_device(a) or _on_device(b) or _on_device(ta)
+                                             or _on_device(tb)):
+            res = kernels_gpu.frule(prog, uf, a, b, ta, tb, lanes)
             if res is not None:
                 return res
         y = uf(a, **kwargs) if nin == 1 else uf(a, b, **kwargs)
@@ -316,7 +340,7 @@ def _fused_frule(prog, uf, a, b, ta, tb, lanes):
         if vb is None:
             return None
     y_fn = (lambda: uf(a)) if b is None else (lambda: uf(a, b))
-    n = vals["a"].size if type(vals["a"]) is np.ndarray else vals["b"].size
+    n = math.prod(shape)  # (an operand may be a number: a zero-stride array's one value)
     res = _run(prog, vals, {"ta": ta, "tb": tb}, shape, n, dt, lanes, y_fn)
     if res is None:
         return None
@@ -341,8 +365,13 @@ def _pullback_native(primals, tangents, lanes, kwargs):
         const_b = None if present[2] else _exponent(entry, b)
     prog = program(entry, "p", k, present, const_b)
     dt = _result_dtype(g, y)
-    if prog.has_tangent and USE_KERNELS and _big(g) and prog.fusible:
+    if prog.has_tangent and USE_KERNELS and _big(g) and prog.fusible and _numba():
         res = _fused_pullback(prog, g, tg, a, ta, b, tb, y, lanes)
+        if res is not None:
+            return res
+    elif prog.has_tangent and USE_KERNELS and (_on_device(g) or _on_device(a)
+                                               or _on_device(tg) or _on_device(ta)):
+        res = kernels_gpu.pullback(prog, g, tg, a, ta, b, tb, y, lanes)
         if res is not None:
             return res
     if lanes:

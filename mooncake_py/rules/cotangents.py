@@ -1,7 +1,20 @@
 """Cotangent representations the reverse sweep accumulates besides plain arrays."""
 import numpy as np
 
+from .. import array_module as am
 from .registry import primitive
+
+
+def _index_like(index, out):
+    """``index`` with its host index arrays (and lists) moved to ``out``'s device, if ``out`` is
+    a device array: the rules build index arrays with NumPy."""
+    if am.device_module(out) is None:
+        return index
+    if type(index) is tuple:
+        return tuple(_index_like(k, out) for k in index)
+    if isinstance(index, (list, np.ndarray)):
+        return am.asarray(index, like=out)
+    return index
 
 
 @primitive
@@ -9,7 +22,7 @@ def scatter_add(shape, index, values):
     """A zero array of ``shape`` (dtype and array type of ``values``) with ``values`` added at
     ``index``; repeated integer indices accumulate. Linear in ``values``."""
     out = np.zeros_like(values, shape=shape)
-    np.add.at(out, index, values)
+    np.add.at(out, _index_like(index, out), values)
     return out
 
 

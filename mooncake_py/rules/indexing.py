@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from .. import array_module as am
 from ..errors import MutationError
 from .registry import rrule, frule
 from .broadcasting import shape_of
@@ -45,6 +46,8 @@ def _frozen(key):
         k = np.array(key)
         # x[[]] selects nothing, but np.array([]) is float: keep it a valid (integer) index.
         return k if k.size or k.dtype.kind in "biu" else k.astype(np.intp)
+    if am.device_module(key) is not None:  # a CuPy index array
+        return key.copy()
     return key
 
 
@@ -72,7 +75,7 @@ def _getitem_f(primals, tangents):
 
 def _in_range(indices, n, mode):
     """``indices`` as the non-negative positions they address along an axis of length ``n``."""
-    idx = np.asarray(indices)
+    idx = am.asarray(indices)
     if idx.dtype.kind not in "iu":  # [] is float to np.asarray; NumPy accepts it as no indices
         idx = idx.astype(np.intp)
     if mode == "clip":  # clip mode clamps negative indices to 0 too
@@ -115,7 +118,7 @@ def _take_f(dx, y, a, indices, axis=None, out=None, mode="raise"):
 def _take_along_axis(arr, indices, axis=-1):
     y = np.take_along_axis(arr, indices, axis)
     shape = shape_of(arr)
-    idx = np.array(indices)
+    idx = am.asarray(indices).copy()
     if not shape:
         return y, lambda g: np.sum(g)
     if axis is None:
@@ -125,7 +128,7 @@ def _take_along_axis(arr, indices, axis=-1):
         ax = int(axis) % nd
         # Every other axis is indexed by a broadcast arange, as take_along_axis itself does.
         key = tuple(idx if d == ax else
-                    np.arange(n).reshape((1,) * d + (n,) + (1,) * (nd - d - 1))
+                    am.arange(n, like=idx).reshape((1,) * d + (n,) + (1,) * (nd - d - 1))
                     for d, n in enumerate(shape))
     return y, lambda g: IndexedCotangent(shape, key, g, False)
 
@@ -133,7 +136,7 @@ def _take_along_axis(arr, indices, axis=-1):
 def _lane_take_along(dx, a, indices, axis):
     """``np.take_along_axis(x, indices, axis)`` for every lane of the lane-first tangent ``dx``
     of ``a``: the indices get a lane axis of length one, which broadcasts."""
-    idx = np.expand_dims(np.asarray(indices), 0)
+    idx = np.expand_dims(am.asarray(indices), 0)
     if axis is None:  # indices address the flattened array
         return np.take_along_axis(_flat(dx), idx, axis=1)
     return np.take_along_axis(dx, idx, axis=int(axis) % len(shape_of(a)) + 1)

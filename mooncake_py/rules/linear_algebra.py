@@ -18,6 +18,7 @@ import string
 
 import numpy as np
 
+from .. import array_module as am
 from .registry import rrule, frule, primitive
 from .broadcasting import unbroadcast, shape_of
 from .lanes import align, lane_matmul, nlanes
@@ -82,6 +83,16 @@ def _tan(tangents, i):
 def _addt(s, t):
     """Sum of two tangents, either of which may be None (zero)."""
     return t if s is None else s if t is None else s + t
+
+
+def _module_impl(fn):
+    """``fn`` calling the implementation of its first operand's array module: CuPy lacks the
+    NumPy 2 spellings np.linalg.outer/tensordot/trace, and there a MissingRuleError names the
+    op (rather than NumPy's "no implementation found"). On NumPy arrays it is ``fn`` itself."""
+    def call(x, *args, **kwargs):
+        return am.device_function(fn, x)(x, *args, **kwargs)
+    call.__name__ = fn.__name__
+    return call
 
 
 def _lane_solve(solve, r):
@@ -195,7 +206,7 @@ def _tensordot_f(primals, tangents, **kw):
 
 
 def _linalg_tensordot(needs, x1, x2, axes=2):
-    y = np.linalg.tensordot(x1, x2, axes=axes)
+    y = _module_impl(np.linalg.tensordot)(x1, x2, axes=axes)
     ia, ib = _normalize_tensordot_axes(axes, len(shape_of(x1)), len(shape_of(x2)))
     return y, lambda g: _pad(needs, *_tensordot_pullback(needs, g, x1, x2, ia, ib))
 
@@ -203,7 +214,7 @@ def _linalg_tensordot(needs, x1, x2, axes=2):
 def _linalg_tensordot_f(primals, tangents, axes=2):
     x1, x2 = primals
     ia, ib = _normalize_tensordot_axes(axes, len(shape_of(x1)), len(shape_of(x2)))
-    return (np.linalg.tensordot(x1, x2, axes=axes),
+    return (_module_impl(np.linalg.tensordot)(x1, x2, axes=axes),
             _tensordot_tangent(x1, x2, tangents[0], tangents[1], ia, ib))
 
 
@@ -305,10 +316,10 @@ frule(np.outer, lanes=True)(_outer_frule(np.outer))
 # The array-API spellings in np.linalg (NumPy 2) are separate functions with the same rules.
 if hasattr(np.linalg, "matmul"):
     rrule(np.linalg.matmul, needs=True)(lambda needs, x1, x2: _matmul(needs, x1, x2))
-    rrule(np.linalg.outer, needs=True)(_outer_rule(np.linalg.outer))
+    rrule(np.linalg.outer, needs=True)(_outer_rule(_module_impl(np.linalg.outer)))
     rrule(np.linalg.tensordot, needs=True)(_linalg_tensordot)
     frule(np.linalg.matmul, lanes=True)(_matmul_f)
-    frule(np.linalg.outer, lanes=True)(_outer_frule(np.linalg.outer))
+    frule(np.linalg.outer, lanes=True)(_outer_frule(_module_impl(np.linalg.outer)))
     frule(np.linalg.tensordot, lanes=True)(_linalg_tensordot_f)
 
 
@@ -359,7 +370,7 @@ def _trace_pullback(g, shape, offset, axis1, axis2):
     nd = len(shape)
     ax1, ax2 = axis1 % nd, axis2 % nd
     rest = [i for i in range(nd) if i not in (ax1, ax2)]
-    diag = np.eye(shape[ax1], shape[ax2], k=offset, dtype=_dtype(g))
+    diag = am.eye(shape[ax1], shape[ax2], offset, dtype=_dtype(g), like=g)
     return _transpose_to(np.reshape(g, shape_of(g) + (1, 1)) * diag, rest + [ax1, ax2])
 
 
@@ -380,7 +391,7 @@ def _trace_f(primals, tangents, **kw):
 
 
 def _linalg_trace(needs, x, offset=0, dtype=None):
-    y = np.linalg.trace(x, offset=offset, dtype=dtype)
+    y = _module_impl(np.linalg.trace)(x, offset=offset, dtype=dtype)
     shape = shape_of(x)
     return y, lambda g: _pad(needs, _trace_pullback(g, shape, offset, -2, -1))
 
@@ -389,7 +400,7 @@ if hasattr(np.linalg, "trace"):
     rrule(np.linalg.trace, needs=True)(_linalg_trace)
     frule(np.linalg.trace, lanes=True)(
         lambda primals, tangents, offset=0, dtype=None:
-        (np.linalg.trace(primals[0], offset=offset, dtype=dtype),
+        (_module_impl(np.linalg.trace)(primals[0], offset=offset, dtype=dtype),
          np.linalg.trace(tangents[0], offset=offset, dtype=dtype)))
 
 
@@ -464,7 +475,7 @@ def _einsum_cotangent(g, out, ins, ops, k, optimize):
         if c in seen:
             f = next(fresh)
             target += f
-            eyes.append((c + f, np.eye(size[c], dtype=_dtype(t))))
+            eyes.append((c + f, am.eye(size[c], dtype=_dtype(t), like=t)))
         else:
             seen.add(c)
             target += c
@@ -604,20 +615,28 @@ def _slogdet_f(primals, tangents):
     return np.linalg.slogdet(a), (None, _tr_inv_times(a, da))  # the sign is piecewise constant
 
 
-def _phi_mask(n, dtype):
-    """Lower-triangle mask with halved diagonal: Φ(M) = M * mask."""
-    return np.tri(n, dtype=dtype) - np.eye(n, dtype=dtype) / 2
+def _phi_mask(n, dtype, like):
+    """Lower-triangle mask with halved diagonal: Φ(M) = M * mask (in ``like``'s module)."""
+    return am.tri(n, dtype=dtype, like=like) - am.eye(n, dtype=dtype, like=like) / 2
+
+
+def _cholesky_upper(a):
+    """``np.linalg.cholesky(a, upper=True)``; CuPy's cholesky has no ``upper``: there the upper
+    factor is the transpose of the lower one."""
+    if am.is_device(a):
+        return _mT(np.linalg.cholesky(a))
+    return np.linalg.cholesky(a, upper=True)
 
 
 @rrule(np.linalg.cholesky)
 def _cholesky(a, upper=False):
-    y = np.linalg.cholesky(a, upper=True) if upper else np.linalg.cholesky(a)
+    y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
     L = _mT(y) if upper else y
 
     def pullback(g):
         # A = L Lᵀ: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with halved diagonal.
         gL = _mT(g) if upper else g
-        p = np.matmul(_mT(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL))
+        p = np.matmul(_mT(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
         s = solve_triangular(L, p, trans=1, lower=True)
         s = _mT(solve_triangular(L, _mT(s), trans=1, lower=True))
         return (_sym(s),)
@@ -627,12 +646,12 @@ def _cholesky(a, upper=False):
 @frule(np.linalg.cholesky, lanes=True)
 def _cholesky_f(primals, tangents, **kw):
     def go(a, upper=False):
-        y = np.linalg.cholesky(a, upper=True) if upper else np.linalg.cholesky(a)
+        y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
         L = _mT(y) if upper else y
         # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ).
         solve_l = (lambda r: solve_triangular(L, r, lower=True))
         z = _lane_solve(solve_l, _mT(_lane_solve(solve_l, _sym(tangents[0]))))
-        dL = np.matmul(L, z * _phi_mask(shape_of(L)[-1], _dtype(z)))
+        dL = np.matmul(L, z * _phi_mask(shape_of(L)[-1], _dtype(z), z))
         return y, _mT(dL) if upper else dL
     return go(*primals, **kw)
 
@@ -707,8 +726,12 @@ def _eigvalsh_f(primals, tangents, **kw):
 _scipy_linalg = []
 
 
-def _sla():
-    """scipy.linalg, or None without scipy (imported on first use: it is optional and slow)."""
+def _sla(a=None, b=None, name=None):
+    """scipy.linalg, or None without scipy (imported on first use: it is optional and slow);
+    for CuPy operands ``a``/``b``, cupyx.scipy.linalg."""
+    if am.is_device(a) or am.is_device(b):
+        am.module_of(a, b, what=name)  # refuse a host operand next to a device one
+        return am.scipy_linalg(a if am.is_device(a) else b, name)
     if not _scipy_linalg:
         try:
             import scipy.linalg as sla
@@ -723,13 +746,13 @@ _TRANS = {0: 0, 1: 1, 2: 1, "N": 0, "T": 1, "C": 1, "n": 0, "t": 1, "c": 1}
 
 def _triangle(a, lower, unit_diagonal):
     n = shape_of(a)[-1]
-    eye = np.eye(n, dtype=a.dtype)
+    eye = am.eye(n, dtype=a.dtype, like=a)
     t = np.tril(a) if lower else np.triu(a)
     return t * (1 - eye) + eye if unit_diagonal else t
 
 
-def _triangle_mask(n, lower, unit_diagonal, dtype):
-    m = np.tri(n, k=-1 if unit_diagonal else 0, dtype=dtype)
+def _triangle_mask(n, lower, unit_diagonal, dtype, like):
+    m = am.tri(n, None, -1 if unit_diagonal else 0, dtype=dtype, like=like)
     return m if lower else m.T
 
 
@@ -741,7 +764,8 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     ``a`` is read), differentiable in ``a`` and ``b``.
 
     ``a`` may be a stack of matrices; ``b`` is a vector when 1-D, else a (stack of) matrices.
-    Works without scipy (then via ``np.linalg.solve``).
+    Works without scipy (then via ``np.linalg.solve``), and on CuPy arrays (via
+    ``cupyx.scipy.linalg.solve_triangular``, whose batches must match without broadcasting).
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -749,7 +773,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         >>> mp.grad(lambda b: np.sum(mp.linalg.solve_triangular(L, b, lower=True)))(np.ones(2))
         array([0., 1.])
     """
-    sla = _sla()
+    sla = _sla(a, b, "mp.linalg.solve_triangular")
     if sla is not None:
         return sla.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal,
                                     overwrite_b=overwrite_b, check_finite=check_finite)
@@ -769,7 +793,8 @@ def _solve_triangular(needs, a, b, trans=0, lower=False, unit_diagonal=False, ov
     def a_cotangent(bbar, xm):
         # x = op(T)⁻¹ b: T̄ = -b̄ xᵀ (or -x b̄ᵀ for op = transpose), on the triangle read.
         outer = np.matmul(xm, _mT(bbar)) if t else np.matmul(bbar, _mT(xm))
-        return -outer * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(outer))
+        return -outer * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(outer),
+                                       outer)
 
     def pullback(g):
         solve_t = (lambda gm: solve_triangular(a, gm, trans=1 - t, lower=lower,
@@ -788,7 +813,8 @@ def _solve_triangular_f(primals, tangents, **kw):
         x = solve_triangular(a, b, **opts)
 
         def dax(xm, nd):  # only the triangle read moves
-            dt = align(da * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(da)), nd)
+            dt = align(da * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(da),
+                                           da), nd)
             return np.matmul(_mT(dt) if t else dt, xm)
         return x, _solve_tangent(lambda r: solve_triangular(a, r, **opts), b, x, db,
                                  None if da is None else dax, len(shape_of(b)) == 1)
@@ -802,7 +828,8 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     ``c`` is read), differentiable in ``c`` and ``b``.
 
     ``c`` may be a stack of matrices; ``b`` is a vector when 1-D, else a (stack of) matrices.
-    Works without scipy (then via ``np.linalg.solve``).
+    Works without scipy (then via ``np.linalg.solve``), and on CuPy arrays (two triangular
+    solves with ``cupyx.scipy.linalg.solve_triangular``).
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -813,6 +840,10 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         True
     """
     c, lower = c_and_lower
+    if am.is_device(c) or am.is_device(b):  # cupyx.scipy.linalg has no cho_solve
+        st = _sla(c, b, "mp.linalg.cho_solve").solve_triangular
+        y = st(c, b, trans=0 if lower else 1, lower=lower, check_finite=check_finite)
+        return st(c, y, trans=1 if lower else 0, lower=lower, check_finite=check_finite)
     sla = _sla()
     if sla is not None:
         return sla.cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=check_finite)
@@ -833,7 +864,7 @@ def _cho_solve(needs, c_and_lower, b, overwrite_b=False, check_finite=True):
         # triangle of c that cho_solve reads is the factor: mask c, and the cotangent, to it.
         s = np.matmul(bbar, _mT(xm))
         s = s + _mT(s)
-        mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(s))
+        mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(s), s)
         ct = -np.matmul(s, c * mask) if lower else -np.matmul(c * mask, s)
         return ct * mask
 
@@ -855,7 +886,7 @@ def _cho_solve_f(primals, tangents, **kw):
 
         def dax(xm, nd):
             # Ȧx for A = C Cᵀ (lower) or Cᵀ C (upper), C and Ċ masked to the triangle read.
-            mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(dc))
+            mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(dc), dc)
             cm, dcm = c * mask, align(dc * mask, nd)
             if lower:
                 return (np.matmul(dcm, np.matmul(_mT(cm), xm))

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from .. import array_module as am
 from ..errors import MissingRuleError, MutationError
 from .registry import RRULES, primitive, rrule, frule, zero_derivative, fn_name
 from .broadcasting import shape_of, unbroadcast
@@ -208,14 +209,14 @@ def _ravel_order(a, order):
     layout that is neither) the C-order positions it reads, as an index array."""
     if order in ("C", "F", None):
         return order or "C"
-    if not isinstance(a, np.ndarray):  # a wrapped value: its primal's layout is not ours to see
-        return "C"
+    if not isinstance(a, np.ndarray) and am.device_module(a) is None:
+        return "C"  # a wrapped value: its primal's layout is not ours to see
     if order == "A":
         return "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
     idx = np.empty_like(a, dtype=np.intp)  # same axis order as a's memory layout
-    idx[...] = np.arange(a.size).reshape(a.shape)
+    idx[...] = am.arange(a.size, like=a).reshape(a.shape)
     perm = np.ravel(idx, order="K")
-    if np.array_equal(perm, np.arange(a.size)):
+    if np.array_equal(perm, am.arange(a.size, like=a)):
         return "C"
     if np.array_equal(perm, np.ravel(idx, order="F")):
         return "F"
@@ -586,7 +587,7 @@ def _split_adjoint(shape, axis, bounds):
                 width[axis] = (start, n - start - length)
                 part = np.pad(g, width)
                 total = part if total is None else total + part
-        return total if total is not None else np.zeros(shape, dtype=gs[0].dtype)
+        return total if total is not None else am.zeros(shape, dtype=gs[0].dtype, like=gs[0])
     return pullback
 
 
@@ -658,7 +659,7 @@ def _repeat(a, repeats, axis=None):
     shape = shape_of(a)
     src = (math.prod(shape),) if axis is None else tuple(shape)
     ax = 0 if axis is None else _ax(axis, len(shape))
-    reps = np.asarray(repeats)
+    reps = am.to_host(repeats)  # it decides the output's shape: host data
     if reps.size == 1:
         r = int(reps.reshape(-1)[0])
         split = src[:ax] + (src[ax], r) + src[ax + 1:]
@@ -804,9 +805,11 @@ def _pad_f(primals, tangents, **kwargs):
     return y, np.pad(dx, [(0, 0)] + _pad_pairs(pad_width, len(shape_of(array))))
 
 
-# --- constructors whose values do not depend on the input ----------------------------------------
-for _f in [np.shape, np.ndim, np.size, np.zeros_like, np.ones_like, np.empty_like, np.full_like,
-           np.argmax, np.argmin, np.argsort, np.nonzero, np.count_nonzero, np.searchsorted,
-           np.argwhere, np.flatnonzero, np.any, np.all, np.result_type, np.iscomplexobj,
-           np.isrealobj, np.may_share_memory, np.shares_memory, np.imag]:
+# --- functions whose outputs carry no derivative --------------------------------------------------
+# (np.empty_like/zeros_like/ones_like/full_like have rules in mutation.py: their result is a
+# tracked or dual buffer that tracked values can be written into.)
+for _f in [np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.nonzero,
+           np.count_nonzero, np.searchsorted, np.argwhere, np.flatnonzero, np.any, np.all,
+           np.result_type, np.iscomplexobj, np.isrealobj, np.may_share_memory, np.shares_memory,
+           np.imag]:
     zero_derivative(_f)

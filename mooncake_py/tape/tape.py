@@ -4,19 +4,30 @@ A recorded operation is a *node*: its pullback and, per positional argument, the
 argument came from (``None`` for a constant, a tuple for a list/tuple argument). Nodes live in
 two parallel lists, indexed by the position TrackedArrays carry, so recording costs two appends
 and one TrackedArray.
+
+Writes (``y[key] = v``, ``y += v``, ``out=``) are nodes too: see :meth:`Tape.write`. A tape that
+has seen a write becomes a :class:`MutatingTape`, which checks every value it records for
+aliasing and restores overwritten regions during the sweep; a tape that never writes pays
+nothing for either.
 """
 import contextvars
 import inspect
+import operator
 
 import numpy as np
 
-from ..dispatch import new_level, top_wrapper
+from .. import array_module as am
+from ..array_ops import buffer_root, has_buffer, innermost, WRITTEN_INTO_PLAIN
+from ..dispatch import new_level, top_wrapper, WRAPPER_TYPES
 from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
-                      NonDifferentiableInputError, RuleError)
+                      NonDifferentiableInputError, RuleError, TrackingLostError)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, FRULES, fn_name
+from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
-from .tracked import TrackedArray
+from ..rules.indexing import is_basic_index, _frozen
+from ..rules.mutation import MUTATORS, NoDerivative, call_like
+from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
 _SWEEPING = contextvars.ContextVar("mooncake_sweeping", default=0)
@@ -93,6 +104,9 @@ class Tape:
             raise ReverseOverReverseError(_ROR_MESSAGE.format(fn=fn_name(fn)))
         rule = RRULES.get(fn)
         if rule is None:
+            mutator = MUTATORS.get(fn)
+            if mutator is not None:  # np.copyto, np.put, ...: writes through Tape.write
+                return mutator(*args, **kwargs)
             if fn in ZERO_DERIVATIVE:
                 return _call(fn, [self._unwrap(a) for a in args],
                              {k: self._unwrap(v) for k, v in kwargs.items()})
@@ -101,9 +115,7 @@ class Tape:
             if "out" in kwargs:
                 o = kwargs["out"]
                 if o is not None and not (type(o) is tuple and all(u is None for u in o)):
-                    raise MutationError(
-                        f"{fn_name(fn)}(..., out=...) writes into an existing array, which the "
-                        "tape cannot represent yet; drop out= and use the returned value.")
+                    return self._record_out(fn, args, kwargs)
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
             if any(_holds_tracked(v, self) for v in kwargs.values()):
                 args, kwargs = _kwargs_to_positional(fn, args, kwargs)
@@ -175,7 +187,7 @@ class Tape:
         templates = tuple(outs)
 
         def multi_pullback(gs):
-            return pullback(tuple(np.zeros_like(o) if g is None else g
+            return pullback(tuple(np.zeros_like(innermost(o)) if g is None else g
                                   for g, o in zip(gs, templates)))
         op = self._new(None, multi_pullback, parents, fn)
         wrapped = []
@@ -187,6 +199,145 @@ class Tape:
         if hasattr(outs, "_fields"):  # namedtuple
             return type(outs)(*wrapped)
         return type(outs)(wrapped)
+
+    # --- writes -------------------------------------------------------------------------------
+    def write(self, h, key, value):
+        """``h[key] = value`` for a TrackedArray ``h`` of this tape, in place, as NumPy does.
+
+        The value lands in ``h``'s buffer (so every view of the buffer sees it); the region's
+        previous contents are saved (O(region) memory); ``h`` moves to a new *write node* whose
+        parents are its previous node and ``value``'s. In the reverse sweep the write node first
+        hands ``value`` the cotangent of the region (only the entries that landed, for repeated
+        integer indices) and the previous state the rest, and then restores the region, so that
+        earlier pullbacks read the values they saw. A write through a view made by indexing
+        (``row = y[i]; row[j] = v``, ``y[i][j] = v``, ``y[i] += v``) or by a rearrangement
+        (``y.T``, ``y.reshape(...)``, ``y.ravel()``) moves ``y`` too.
+        """
+        if _SWEEPING.get() > self._level:
+            raise ReverseOverReverseError(_ROR_MESSAGE.format(fn="an in-place write"))
+        if type(self) is Tape:
+            self.__class__ = MutatingTape
+            self._last_write, self._writes, self._max_write = {}, [], -1
+        self._fresh(h, "write into")
+        vv, vnode = self._operand(value)
+        buf = h._value
+        basic = type(key) is int or is_basic_index(key)
+        if not basic:
+            key = _frozen(key)
+        chain = self._view_chain(h)
+        old = buf[key]
+        if type(old) not in _NP_SCALARS:
+            old = np.copy(old)
+        region = tuple(shape_of(old))
+        buf[key] = vv
+        land = None
+        if not basic:
+            try:
+                land = _landed(buf, key, region)
+            finally:
+                buf[key] = vv  # the landing probe wrote markers into the region
+        vshape = tuple(shape_of(vv)) if vnode is not None else None
+        wn = _Write(buf, key, old, land, basic, region, vshape, _float_dtype(vv))
+        node = self._add_node(wn, (h._node, vnode), buf)
+        self._writes.append(node)
+        self._last_write[id(buffer_root(buf))] = node
+        self._max_write = node
+        h._node = node
+        child = h
+        for parent, fn, args, kwargs in chain:  # the write, seen from the arrays viewed
+            if fn is operator.getitem:  # parent[key] is the view: a write of that region
+                cshape = tuple(shape_of(child._value))
+                pn = _Write(None, args[0], None, None, True, cshape, cshape, None)
+                parent._node = self._add_node(pn, (parent._node, child._node), parent._value)
+            else:  # a rearrangement of all of parent: parent is now the view, rearranged back
+                parent._node = self._add_node(_Rearranged(fn, args, kwargs), (child._node,),
+                                              parent._value)
+            child = parent
+
+    def like(self, handle, func, args, kwargs):
+        """``func(*args, like=handle, **kwargs)`` (np.zeros, np.empty, ...): a new buffer,
+        tracked (with no derivative) when it is floating point, so that tracked values can be
+        written into it."""
+        fill = None
+        if func is np.full:  # a tracked fill value is written into the buffer afterwards
+            if len(args) > 1 and _holds_tracked(args[1], self):
+                fill = args[1]
+                args = (args[0], _zero_of(fill)) + tuple(args[2:])
+            elif _holds_tracked(kwargs.get("fill_value"), self):
+                fill = kwargs["fill_value"]
+                kwargs = dict(kwargs, fill_value=_zero_of(fill))
+        if any(_holds_tracked(a, self) for a in args) or \
+                any(_holds_tracked(v, self) for v in kwargs.values()):
+            return func(*args, **kwargs)  # e.g. np.array([x, y], like=z): NumPy's own error
+        out = call_like(func, args, kwargs, handle._value)
+        if not _is_float(out):
+            return out
+        t = self._new(out, None, None, func)
+        if fill is not None:
+            self.write(t, Ellipsis, fill)
+        return t
+
+    def _add_node(self, pullback, parents, value):
+        node = len(self._parents)
+        self._pullbacks.append(pullback)
+        self._parents.append(parents)
+        self._fns.append(None)
+        if self._debug:
+            self._meta.append((getattr(value, "shape", ()), getattr(value, "dtype", None)))
+        return node
+
+    def _operand(self, value):
+        """(plain value, node or None) of a value written into a tracked buffer."""
+        if type(value) is TrackedArray and value._tape is self:
+            self._fresh(value, "write")
+            return value._value, value._node
+        if type(value) in _SEQ and any(_holds_tracked(b, self) for b in value):
+            return self._operand(np.stack(value))  # out[0:2] = [a, b]
+        return value, None
+
+    def _view_chain(self, h):
+        """The handles ``h`` is a view of through indexing, innermost first, each brought up
+        to date; the chain stops at one that cannot be (it stays stale: reading it raises)."""
+        chain = []
+        c = h
+        while True:
+            view = getattr(c, "_view", None)
+            if view is None or view[0]._tape is not self:
+                return chain
+            try:
+                self._fresh(view[0], "write through")
+            except MutationError:
+                return chain
+            chain.append(view)
+            c = view[0]
+
+    def _fresh(self, a, what="read"):
+        """Nothing on a tape without writes (see MutatingTape)."""
+
+    def _record_out(self, fn, args, kwargs):
+        """``fn(..., out=o)``: compute the result, then write it into ``o`` (a tracked buffer),
+        as NumPy would. A plain ``o`` cannot hold a tracked result (TrackingLostError)."""
+        o = kwargs["out"]
+        where = kwargs.get("where", True)
+        rest = {k: v for k, v in kwargs.items() if k not in ("out", "where")}
+        r = self.record(fn, args, rest)
+        outs = o if type(o) is tuple else (o,)
+        rs = r if len(outs) > 1 else (r,)
+        for oi, ri in zip(outs, rs):
+            if oi is None:
+                continue
+            if where is not True:
+                ri = np.where(where, ri, oi)
+            if type(oi) is TrackedArray:
+                oi[...] = ri
+            elif type(ri) is TrackedArray and type(oi) not in WRAPPER_TYPES:
+                raise TrackingLostError(_lost_message(ri, WRITTEN_INTO_PLAIN) + (
+                    f" (Here through {fn_name(fn).replace('numpy.', 'np.')}(..., out=plain).)"))
+            else:
+                oi[...] = ri
+        if type(o) is tuple:
+            return outs[0] if len(outs) == 1 else outs
+        return o
 
     # --- the reverse sweep --------------------------------------------------------------------
     def gradient(self, y, xs, seed=None, seeds=None):
@@ -205,7 +356,8 @@ class Tape:
         start = -1
         for yi, s in zip(ys, seeds):
             if type(yi) is TrackedArray and yi._tape is self:
-                _accumulate(cts, owned, yi._node, np.ones_like(yi._value) if s is None else s)
+                _accumulate(cts, owned, yi._node,
+                            np.ones_like(innermost(yi._value)) if s is None else s)
                 start = max(start, yi._node)
         if start >= 0:
             self._sweep(cts, start, set(w for w in want if w is not None), owned)
@@ -245,6 +397,252 @@ class Tape:
                     cts[k] = cts[k].dense()
         finally:
             _SWEEPING.reset(token)
+
+
+class MutatingTape(Tape):
+    """A tape that has recorded a write. Two duties on top of :class:`Tape`'s:
+
+    - *Aliasing*: every TrackedArray it records (reads) must show the current contents of its
+      buffer. A handle whose buffer was written after it was made (through another handle of
+      the same memory) is *stale*: a view (by indexing, reshape, transpose, ...) is brought up
+      to date by viewing its parent again; any other stale handle raises MutationError instead
+      of giving a wrong derivative. ``_last_write`` maps (the id of) each written buffer's
+      memory owner to the node of its last write; handles made after every write skip the
+      lookup.
+    - *Restoring*: the sweep undoes each write (swapping the saved region back in) before any
+      earlier pullback runs, and redoes them all afterwards, so the buffers hold their final
+      contents again (and the sweep can be repeated).
+    """
+
+    def record(self, fn, args, kwargs):
+        mw = self._max_write
+        for a in args:
+            t = type(a)
+            if t is TrackedArray:
+                if a._node < mw and a._tape is self:
+                    self._fresh(a, "read", fn)
+            elif t in _SEQ:
+                for b in a:
+                    if type(b) is TrackedArray and b._node < mw and b._tape is self:
+                        self._fresh(b, "read", fn)
+        if kwargs:
+            for v in kwargs.values():
+                for b in (v if type(v) in _SEQ else (v,)):
+                    if type(b) is TrackedArray and b._node < mw and b._tape is self:
+                        self._fresh(b, "read", fn)
+        return Tape.record(self, fn, args, kwargs)
+
+    def _fresh(self, a, what="read", fn=None):
+        """Bring ``a`` up to date with its buffer, or raise MutationError if it cannot be."""
+        if a._node >= self._max_write:
+            return
+        lw = self._last_write.get(id(buffer_root(a._value)))
+        if lw is None or a._node >= lw:
+            return
+        view = getattr(a, "_view", None)
+        if view is None or view[0]._tape is not self:
+            raise MutationError(_stale_message(a, what, fn))
+        parent, vfn, args, kwargs = view
+        self._fresh(parent, what, fn)  # then view it again
+        r = Tape.record(self, vfn, (parent,) + args, kwargs)
+        a._value, a._node = r._value, r._node
+
+    def gradient(self, y, xs, seed=None, seeds=None):
+        for yi in (y if type(y) is list else [y]):
+            if type(yi) is TrackedArray and yi._tape is self:
+                self._fresh(yi, "differentiate")
+        return Tape.gradient(self, y, xs, seed, seeds)
+
+    def _sweep(self, cts, start, keep, owned):
+        token = _SWEEPING.set(self._level)
+        pullbacks, parents = self._pullbacks, self._parents
+        writes = self._writes
+        undone = []
+        try:
+            k = len(writes) - 1
+            while k >= 0 and writes[k] > start:  # writes after the outputs: undo them first
+                pullbacks[writes[k]].swap()
+                undone.append(writes[k])
+                k -= 1
+            nxt = writes[k] if k >= 0 else -1
+            for i in range(start, -1, -1):
+                pb = pullbacks[i]
+                g = cts[i]
+                if type(pb) is _Write:
+                    if g is not None:
+                        if i not in keep:
+                            cts[i] = None
+                        self._write_pullback(pb, parents[i], g, i, cts, keep, owned)
+                    if i == nxt:
+                        pb.swap()
+                        undone.append(i)
+                        k -= 1
+                        nxt = writes[k] if k >= 0 else -1
+                    continue
+                if g is None or pb is None:
+                    continue
+                if i not in keep:
+                    cts[i] = None
+                if type(g) in _SPARSE:
+                    g = g.dense()
+                try:
+                    gs = pb(g)
+                except MissingRuleError as e:
+                    raise _reached_from(e, self._fns[i]) from e
+                for p, gp in zip(parents[i], gs):
+                    if p is None or gp is None:
+                        continue
+                    if type(p) is tuple:
+                        for q, gq in zip(p, gp):
+                            if q is not None and gq is not None:
+                                _accumulate(cts, owned, q, gq)
+                    else:
+                        _accumulate(cts, owned, p, gp)
+            for k2 in keep:
+                if type(cts[k2]) in _SPARSE:
+                    cts[k2] = cts[k2].dense()
+        finally:
+            for w in reversed(undone):  # redo, in recording order
+                pullbacks[w].swap()
+            _SWEEPING.reset(token)
+
+    def _write_pullback(self, wn, parents, g, i, cts, keep, owned):
+        """Split the cotangent ``g`` of the state after a write: the written value gets
+        ``g[key]`` (where it landed), the state before gets ``g`` with the region zeroed, in a
+        buffer the sweep owns (copied once; a chain of writes then passes the same one down)."""
+        prev, vnode = parents
+        if type(g) in _SPARSE:
+            g, mine = g.dense(), True
+        else:
+            mine = i in owned and i not in keep
+        key = wn.key
+        if vnode is not None:
+            gv = g[key]
+            if wn.land is not None:
+                gv = np.where(wn.land, gv, 0)
+            vshape = wn.vshape
+            if len(vshape) > len(wn.region):  # leading length-one axes, dropped by assignment
+                gv = np.reshape(unbroadcast(gv, vshape[len(vshape) - len(wn.region):]), vshape)
+            else:
+                gv = unbroadcast(gv, vshape)
+            if wn.basic and type(gv) not in _NP_SCALARS and \
+                    _size(vshape) == _size(wn.region):
+                gv = np.copy(gv)  # a view of g, which is zeroed in place below
+            vdt = wn.vdtype
+            if vdt is not None and gv.dtype != vdt:
+                gv = gv.astype(vdt)
+            _accumulate(cts, owned, vnode, gv)
+        pb = self._pullbacks[prev]
+        if (pb is None or type(pb) is NoDerivative) and prev not in keep:
+            return  # a fresh buffer or a constant: nothing to pass on
+        if not mine or not has_buffer(g):  # (0-d arithmetic gives scalars: copy those too)
+            g = np.copy(g)
+        g[key] = 0
+        if cts[prev] is None:
+            cts[prev] = g
+            owned.add(prev)
+        else:
+            _accumulate(cts, owned, prev, g)
+
+
+class _Rearranged:
+    """Pullback of an array written through a view that rearranges all of it (``a.T``,
+    ``a.reshape(...)``, ``a.ravel()``): its new contents are the view's, so the view's
+    cotangent is the same rearrangement of its cotangent."""
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn, args, kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def __call__(self, g):
+        return (self.fn(g, *self.args, **self.kwargs),)
+
+
+class _Write:
+    """A write node: ``buf[key] = value`` (``buf`` None for the parent of a view written
+    through, whose memory the view's own write node restores). ``saved`` holds the region's
+    other contents: before the write while recording, after it while the sweep has undone it."""
+    __slots__ = ("buf", "key", "saved", "land", "basic", "region", "vshape", "vdtype")
+
+    def __init__(self, buf, key, saved, land, basic, region, vshape, vdtype):
+        self.buf, self.key, self.saved, self.land, self.basic = buf, key, saved, land, basic
+        self.region, self.vshape, self.vdtype = region, vshape, vdtype
+
+    def swap(self):
+        buf, key = self.buf, self.key
+        cur = buf[key]
+        if type(cur) not in _NP_SCALARS:
+            cur = np.copy(cur)
+        buf[key] = self.saved
+        self.saved = cur
+
+
+def _zero_of(v):
+    """A zero of the dtype of ``v`` (a tracked value, or a list of them for np.full)."""
+    if type(v) in _SEQ:
+        return np.zeros(len(v), np.result_type(*[getattr(b, "dtype", type(b)) for b in v]))
+    return np.zeros((), v.dtype)[()]
+
+
+def _size(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _float_dtype(v):
+    dt = getattr(v, "dtype", None)
+    return dt if dt is not None and dt.kind == "f" else None
+
+
+def _has_int_array(key):
+    for k in (key if type(key) is tuple else (key,)):
+        dt = getattr(k, "dtype", None)
+        if dt is not None and dt.kind in "iu" and getattr(k, "size", 1) > 1:
+            return True
+    return False
+
+
+def _landed(buf, key, region):
+    """For a write with integer index arrays: a boolean mask over the region of the entries that
+    landed (NumPy keeps one of several writes to the same position), or None if all did.
+
+    Found by writing each entry's number into the region with the same key and reading back
+    which number each position kept (in digits the buffer's float type holds exactly)."""
+    if not _has_int_array(key):
+        return None
+    m = _size(region)
+    if m <= 1:
+        return None
+    p = innermost(buf)
+    digit_base = 1 << min(np.finfo(p.dtype).nmant + 1, 62)
+    rem = am.arange(m, dtype=np.int64, like=p)  # on the buffer's device
+    landed = None
+    while True:
+        digit = rem % digit_base
+        p[key] = digit.reshape(region).astype(p.dtype)
+        same = p[key].reshape(-1).astype(np.int64) == digit
+        landed = same if landed is None else landed & same
+        rem = rem // digit_base
+        if not bool(np.any(rem)):
+            break
+    return None if bool(np.all(landed)) else np.reshape(landed, region)
+
+
+def _stale_message(a, what, fn):
+    v = innermost(a._value)
+    desc = f"{type(v).__name__} of dtype {getattr(v, 'dtype', '?')}, shape " \
+           f"{tuple(getattr(v, 'shape', ()))}"
+    where = f" (in {fn_name(fn).replace('numpy.', 'np.')})" if fn is not None else ""
+    return (
+        f"cannot {what} a tracked array ({desc}){where}: its memory was overwritten after it was "
+        "made, through another array sharing that memory (an argument passed twice, or a view "
+        "made by a function other than indexing, reshape, ravel, transpose, swapaxes, moveaxis, "
+        "squeeze and expand_dims, e.g. the pieces of np.split), and the derivative of its new "
+        "contents is unknown. Write through the array itself or through such views of it "
+        "(x[i, j] = v, x[i][j] = v, x.T[j] = v, x.reshape(-1)[k] = v are all fine), or copy "
+        "before writing (y = x.copy()) so that the two no longer share memory.")
 
 
 def _reached_from(err, fn):
@@ -313,8 +711,14 @@ def _fresh_buffer(cur, g):
 
 
 def _add_inplace(buf, g):
-    """``buf += g`` for a plain ndarray buffer when shapes and dtypes allow; False otherwise."""
+    """``buf += g`` for a plain ndarray buffer when shapes and dtypes allow; False otherwise.
+    A wrapped buffer (dual numbers, in forward-over-reverse) takes a basic-indexed sparse
+    ``g`` in place too, through its own write: O(region), not O(buffer)."""
     if type(buf) is not np.ndarray:
+        if type(g) is IndexedCotangent and g.basic and type(buf) in WRAPPER_TYPES \
+                and type(innermost(buf)) is np.ndarray:
+            buf[g.index] = buf[g.index] + g.values
+            return True
         return False
     if type(g) is IndexedCotangent:
         if _plain(g) and np.can_cast(g.values.dtype, buf.dtype, "same_kind"):
@@ -340,7 +744,7 @@ def _add(a, b):
 
 def _zeros_like(x):
     v = x._value if type(x) is TrackedArray else x
-    return np.zeros_like(v)
+    return np.zeros_like(innermost(v))
 
 
 

@@ -4,10 +4,26 @@ Every NumPy entry point (``__array_ufunc__``, ``__array_function__``, operators,
 methods; see :mod:`mooncake_py.array_ops`) goes through :func:`mooncake_py.dispatch.dispatch`,
 which hands the call to the innermost transformation present; for a tracked value that is its
 tape's ``record``.
+
+A TrackedArray is a *handle*, like an ndarray: ``x[i] = v``, ``x += v`` and ``out=`` arguments
+write into its buffer in place and move the handle to a new node of the tape (see
+:meth:`~mooncake_py.tape.tape.Tape.write`).
 """
-from ..array_ops import ArrayOps
+import operator
+
+import numpy as np
+
+from ..array_ops import ArrayOps, is_view_of, WRITTEN_INTO_PLAIN
 from ..dispatch import dispatch, WRAPPER_TYPES
 from ..errors import TrackingLostError
+from ..rules.mutation import LIKE_CONSTRUCTORS
+
+_F64 = np.float64
+_NO_KWARGS = {}
+# Functions whose result, when NumPy returns a view, holds every element of its argument (a
+# rearrangement): a write through such a view rewrites the argument as a whole.
+VIEW_FUNCTIONS = frozenset([np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis,
+                            np.squeeze, np.expand_dims])
 
 
 class TrackedArray(ArrayOps):
@@ -15,9 +31,13 @@ class TrackedArray(ArrayOps):
 
     Create one with ``tape.track(x)``. Operations on it (``np.sin(x)``, ``x @ W``, ``x[i]``)
     return new TrackedArrays; comparisons and other non-differentiable results are plain
-    arrays, so Python control flow on them works.
+    arrays, so Python control flow on them works. Writes (``x[i] = v``, ``x += v``) change it in
+    place, as they would an ndarray.
     """
-    __slots__ = ("_value", "_tape", "_node")
+    # _view: (parent, fn, args, kwargs) when this handle is the NumPy view fn(parent, *args,
+    # **kwargs) (operator.getitem with a basic key, or one of VIEW_FUNCTIONS), so that writes
+    # through either one keep the other up to date. Unset for every other handle.
+    __slots__ = ("_value", "_tape", "_node", "_view")
 
     def __init__(self, value, tape, node):
         self._value = value
@@ -35,7 +55,30 @@ class TrackedArray(ArrayOps):
         return dispatch(ufunc if method == "__call__" else (ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if func in LIKE_CONSTRUCTORS:  # np.zeros(shape, like=x): only `like` dispatches here
+            return self._tape.like(self, func, args, kwargs)
+        if func in VIEW_FUNCTIONS and args and args[0] is self:
+            return self._view_op(func, tuple(args[1:]), kwargs)
         return dispatch(func, args, kwargs)
+
+    def __getitem__(self, key):
+        # An index is never a wrapped value (those are floats), so this tape is the innermost
+        # transformation here: no need for dispatch's search.
+        r = self._tape.record(operator.getitem, (self, key), _NO_KWARGS)
+        if type(r) is TrackedArray:
+            v = r._value
+            if type(v) is not _F64 and is_view_of(v, self._value):
+                r._view = (self, operator.getitem, (key,), {})
+        return r
+
+    def _view_op(self, fn, args, kwargs):
+        r = dispatch(fn, (self,) + args, kwargs)
+        if type(r) is TrackedArray and is_view_of(r._value, self._value):
+            r._view = (self, fn, args, kwargs)
+        return r
+
+    def _mc_setitem(self, key, value):
+        self._tape.write(self, key, value)
 
     def __repr__(self):
         return f"TrackedArray({self._value!r})"
@@ -45,15 +88,19 @@ class TrackedArray(ArrayOps):
 
 
 def _lost_message(x, what):
+    if what is WRITTEN_INTO_PLAIN:
+        return (f"A tracked value ({_describe(x)}) was {what}. If an error about 'setting an "
+                "array element with a sequence' follows, it is NumPy reporting this one.")
     return (
         f"A tracked value ({_describe(x)}) was {what}, which would silently drop its derivative. "
         "Common causes and fixes: np.array([x[0], x[1]]) -> use np.stack([x[0], x[1]]); "
         "math.sin(x) / float(x) -> use np.sin(x) and keep it an array; writing it into a plain "
-        "array (out[i] = x) -> build the result functionally (np.stack, np.where, "
-        "np.concatenate); a library function that calls np.asarray internally (for example "
-        "scipy.special.logsumexp) -> use mooncake_py.special, or wrap the function with "
-        "mp.primitive and give it an mp.rrule. If you really want a constant, use "
-        "mp.stop_gradient(x).")
+        "array (out[i] = x with out = np.zeros(n)) -> create the array from a tracked value, "
+        "np.zeros_like(x, shape=(n,)), np.zeros(n, like=x), np.empty_like(x) or x.copy(), and "
+        "writes into it are differentiated; a library function that calls np.asarray "
+        "internally (for example scipy.special.logsumexp) -> use mooncake_py.special, or wrap "
+        "the function with mp.primitive and give it an mp.rrule. If you really want a constant, "
+        "use mp.stop_gradient(x).")
 
 
 def _describe(x):
