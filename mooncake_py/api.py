@@ -10,7 +10,7 @@ from .dual.dual_array import DualArray
 from .errors import NonDifferentiableInputError, OutputTypeError, TangentError
 from .pytree import flatten
 from .tape import Tape, TrackedArray
-from .tape.tape import _describe_arg
+from .arguments import describe_arg
 
 
 @contextlib.contextmanager
@@ -136,7 +136,7 @@ def _check_scalar(f, y):
     if shape != () or dt.kind != "f":
         raise OutputTypeError(
             f"grad needs {_fname(f)} to return a real floating-point scalar; it returned "
-            f"{_describe_arg(y)} ({type(v).__name__} of dtype {dt}, shape {tuple(shape)}). "
+            f"{describe_arg(y)} ({type(v).__name__} of dtype {dt}, shape {tuple(shape)}). "
             + ("Reduce it to a scalar (np.sum, np.mean, x @ w) or use mp.vjp / mp.jacobian for "
                "non-scalar outputs." if dt.kind == "f" else
                "Integer and boolean outputs have no derivative."))

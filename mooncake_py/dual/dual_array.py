@@ -11,11 +11,11 @@ tag is, for this one, just a value). A tag also fixes the number of lanes: ``lan
 direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangent shaped
 ``(k,) + primal.shape``).
 """
-import inspect
 
 import numpy as np
 
 from ..array_ops import ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost
+from ..arguments import kwargs_to_positional, describe_arg
 from ..config import _CONFIG as _DEBUG
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
 from ..errors import (MissingRuleError, MutationError, NonDifferentiableInputError, RuleError,
@@ -210,7 +210,8 @@ def _apply(tag, fn, args, kwargs):
                 return _write_out(fn, o, _apply(tag, fn, args, rest), kwargs.get("where", True))
             kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         if any(type(v) is DualArray and v._tag is tag for v in kwargs.values()):
-            args, kwargs = _kwargs_to_positional(fn, args, kwargs, tag)
+            args, kwargs = kwargs_to_positional(
+                fn, args, kwargs, lambda v: type(v) is DualArray and v._tag is tag, "dual")
     primals, tangents = [], []
     for a in args:
         if type(a) is DualArray and a._tag is tag:
@@ -381,48 +382,9 @@ def _check_tangent(fn, out, tout, tag):
                         f"{' (lanes first)' if tag.lanes else ''}.")
 
 
-_SIGNATURES = {}
-
-
-def _kwargs_to_positional(fn, args, kwargs, tag):
-    """Move dual keyword arguments (and those before them) into positional slots."""
-    sig = _SIGNATURES.get(fn)
-    if sig is None:
-        sig = _SIGNATURES[fn] = inspect.signature(fn)
-    bound = sig.bind(*args, **kwargs)
-    params = list(sig.parameters.values())
-    last = max(i for i, p in enumerate(params)
-               if type(bound.arguments.get(p.name)) is DualArray)
-    pos, rest = [], {}
-    for i, p in enumerate(params):
-        if i <= last:
-            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                raise MissingRuleError(
-                    f"{fn_name(fn)}: a dual value was passed as keyword-only argument "
-                    f"{p.name!r}, which its frule cannot receive; pass it positionally.")
-            pos.append(bound.arguments.get(p.name, p.default))
-        elif p.name in bound.arguments:
-            if p.kind == p.VAR_KEYWORD:
-                rest.update(bound.arguments[p.name])
-            else:
-                rest[p.name] = bound.arguments[p.name]
-    return tuple(pos), rest
-
-
-def _describe_arg(a):
-    if type(a) is DualArray:
-        v = a._value
-        return f"DualArray[{getattr(v, 'dtype', '?')}, shape {tuple(np.shape(v))}]"
-    if isinstance(a, np.ndarray):
-        return f"ndarray[{a.dtype}, shape {a.shape}]"
-    if type(a) in _SEQ:
-        return f"{type(a).__name__} of {len(a)}"
-    return type(a).__name__
-
-
 def _missing_message(fn, args, kwargs):
     name = fn_name(fn)
-    call = ", ".join([_describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
+    call = ", ".join([describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
     short = name.replace("numpy.", "np.")
     has_r = " (it has a reverse rule, so mp.grad works)" if fn in RRULES else ""
     return (

@@ -11,14 +11,13 @@ aliasing and restores overwritten regions during the sweep; a tape that never wr
 nothing for either.
 """
 import contextvars
-import inspect
 import operator
 
 import numpy as np
 
 from .. import array_module as am
 from ..array_ops import buffer_root, has_buffer, innermost, WRITTEN_INTO_PLAIN
-from ..dispatch import new_level, top_wrapper, WRAPPER_TYPES
+from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
@@ -27,6 +26,7 @@ from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
 from ..rules.indexing import is_basic_index, _frozen
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
+from ..arguments import kwargs_to_positional, describe_arg
 from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
@@ -118,7 +118,7 @@ class Tape:
                     return self._record_out(fn, args, kwargs)
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
             if any(_holds_tracked(v, self) for v in kwargs.values()):
-                args, kwargs = _kwargs_to_positional(fn, args, kwargs)
+                args, kwargs = kwargs_to_positional(fn, args, kwargs, _holds_tracked, "tracked")
         n = len(args)
         if n == 2:  # fast paths: most calls are unary or binary with plain/tracked operands
             a, b = args
@@ -762,9 +762,6 @@ def _call(fn, args, kwargs):
     return fn(*args, **kwargs)
 
 
-_SIGNATURES = {}
-
-
 def _holds_tracked(v, tape=None):
     """Whether ``v`` is, or is a list/tuple holding, a TrackedArray (of ``tape`` if given)."""
     if type(v) is TrackedArray:
@@ -773,46 +770,9 @@ def _holds_tracked(v, tape=None):
                                    for b in v)
 
 
-def _kwargs_to_positional(fn, args, kwargs):
-    """Move tracked keyword arguments (and those before them) into positional slots."""
-    sig = _SIGNATURES.get(fn)
-    if sig is None:
-        sig = _SIGNATURES[fn] = inspect.signature(fn)
-    bound = sig.bind(*args, **kwargs)
-    pos, rest = [], {}
-    params = list(sig.parameters.values())
-    last = max((i for i, p in enumerate(params) if _holds_tracked(bound.arguments.get(p.name))),
-               default=-1)
-    for i, p in enumerate(params):
-        if i <= last:
-            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                raise MissingRuleError(
-                    f"{fn_name(fn)}: a tracked value was passed as the keyword-only argument "
-                    f"{p.name!r}, which has no derivative rule; pass a constant there "
-                    "(mp.stop_gradient(value)) or restructure the computation.")
-            pos.append(bound.arguments.get(p.name, p.default))
-        elif p.name in bound.arguments:
-            if p.kind == p.VAR_KEYWORD:
-                rest.update(bound.arguments[p.name])
-            else:
-                rest[p.name] = bound.arguments[p.name]
-    return tuple(pos), rest
-
-
-def _describe_arg(a):
-    if type(a) is TrackedArray:
-        v = a._value
-        return f"TrackedArray[{getattr(v, 'dtype', '?')}, shape {tuple(getattr(v, 'shape', ()))}]"
-    if isinstance(a, np.ndarray):
-        return f"ndarray[{a.dtype}, shape {a.shape}]"
-    if type(a) in _SEQ:
-        return f"{type(a).__name__} of {len(a)}"
-    return type(a).__name__
-
-
 def _missing_message(fn, args, kwargs):
     name = fn_name(fn)
-    call = ", ".join([_describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
+    call = ", ".join([describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
     short = name.replace("numpy.", "np.")
     has_f = " (it has a forward rule, so mp.jvp works)" if fn in FRULES else ""
     return (
