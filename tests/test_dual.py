@@ -359,3 +359,14 @@ def test_fused_pullback_accepts_a_broadcast_cotangent(monkeypatch):
     np.testing.assert_allclose(hv, -2 * t * (1 - t * t), rtol=1e-13)
     assert any("tanh_pullback0_01_float64_sg" in k.__name__
                for k in kernels_cpu.loaded_kernels().values())
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+def test_tangent_of_the_smaller_operand_is_widened_to_the_output(lanes):
+    # c - s with c a (3, 4) constant and s a (1, 1) dual: the tangent has the output's shape
+    x = np.arange(3.0)
+    v = np.stack([x, 2 * x]) if lanes else x
+    _, dy = mp.jvp(lambda x: np.ones((3, 4)) - np.sum(x, keepdims=True), (x,), (v,), lanes=lanes)
+    want = -np.sum(v, axis=-1)[..., None, None] * np.ones((3, 4))
+    assert dy.shape == want.shape
+    np.testing.assert_array_equal(dy, want)

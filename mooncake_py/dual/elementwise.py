@@ -27,6 +27,7 @@ import numpy as np
 from ..array_module import device_module
 from ..rules.derivative_table import TABLE, NP_VOCABULARY
 from ..rules.elementwise import ew_pullback
+from ..rules.broadcasting import shape_of
 from ..rules.lanes import align
 from ..rules.registry import FRULES, FRULE_LANES
 from . import codegen, kernels_gpu
@@ -321,7 +322,13 @@ def _op_frule(entry):
             tb = None if tb is None else align(tb, nd)
         ty, = prog.np_fn(a, b, y, None, ta, tb, None)
         dt = y.dtype
-        return y, (ty if getattr(ty, "dtype", None) == dt else _cast(ty, dt))
+        ty = ty if getattr(ty, "dtype", None) == dt else _cast(ty, dt)
+        if nin == 2:  # only the smaller operand moved (c - x with c a matrix): widen its tangent
+            want = (((shape_of(ta if ta is not None else tb)[0],) if lanes else ())
+                    + tuple(shape_of(y)))
+            if tuple(shape_of(ty)) != want:
+                ty = np.broadcast_to(ty, want).copy()
+        return y, ty
     return native
 
 
