@@ -7,7 +7,7 @@ Example:
 """
 from .errors import (MooncakeError, MissingRuleError, ReverseOverReverseError, OutputTypeError,
                      NonDifferentiableInputError, PreparedCacheSpecError, TrackingLostError,
-                     MutationError, RuleError, TangentError)
+                     MutationError, RuleError, TangentError, MixedArrayModulesError)
 from .config import Config
 from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient
 from .tape import Tape, TrackedArray

@@ -5,6 +5,7 @@ import gc
 
 import numpy as np
 
+from . import array_module as am
 from .array_ops import has_buffer
 from .dual.dual_array import DualArray
 from .errors import NonDifferentiableInputError, OutputTypeError, TangentError
@@ -115,6 +116,10 @@ def _as_gradient(g, leaf):
         return g
     if isinstance(g, np.generic) and dt is not None and g.dtype != dt:
         return g.astype(dt)
+    if type(g) is not DualArray and am.is_device(g):
+        if dt is not None and g.dtype != dt:
+            return g.astype(dt)
+        return g.copy() if getattr(g, "base", None) is not None else g
     return g
 
 
@@ -169,6 +174,7 @@ def value_and_grad(f, argnums=0):
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
         nums = _norm_argnums(argnums, len(args), f)
+        am.module_of(*[args[i] for i in nums], what=f"the arguments of {_fname(f)}")
         tape = Tape()
         with gc_paused():
             tr = _Tracked(f, args, nums, tape)

@@ -31,15 +31,11 @@ import sys
 import numpy as np
 
 from .dispatch import WRAPPER_TYPES
-from .errors import MissingRuleError, MooncakeError
+from .errors import MissingRuleError, MixedArrayModulesError
 
 __all__ = ["MixedArrayModulesError", "module_of", "device_module", "is_device", "unwrap",
            "zeros", "ones", "empty", "full", "eye", "tri", "arange", "asarray", "to_host",
            "scalar", "linalg", "scipy_linalg", "scipy_special", "register"]
-
-
-class MixedArrayModulesError(MooncakeError, TypeError):
-    """NumPy (host) arrays and CuPy (device) arrays were mixed in one operation."""
 
 
 _SEQ = (list, tuple)

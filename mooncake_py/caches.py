@@ -16,7 +16,8 @@ def _leaf_spec(x):
         return ("float", (), np.dtype(np.float64))
     dt = getattr(x, "dtype", None)
     if dt is not None and hasattr(x, "shape"):
-        return (type(x).__name__, tuple(x.shape), dt)
+        # module-qualified: a NumPy and a CuPy "ndarray" are different arguments
+        return (f"{type(x).__module__}.{type(x).__name__}", tuple(x.shape), dt)
     return ("constant", type(x).__name__, None)
 
 

@@ -43,3 +43,7 @@ class RuleError(MooncakeError):
 
 class TangentError(MooncakeError, ValueError):
     """A tangent (forward-mode direction) does not match its primal in shape, dtype or lane count."""
+
+
+class MixedArrayModulesError(MooncakeError, TypeError):
+    """NumPy (host) arrays and CuPy (device) arrays were mixed in one operation."""

@@ -3,6 +3,7 @@ import functools
 
 import numpy as np
 
+from . import array_module as am
 from .api import is_float_leaf, vjp, _fname
 from .config import current_config
 from .dual.dual_array import DualArray, Tag, _validate, _as_value
@@ -52,6 +53,7 @@ def _seed(f, primals, tangents, lanes):
                 new.append(x)
                 continue
             _validate(x, v, k, what=f"argument {i}{path} of {_fname(f)}")
+            am.module_of(x, v, what=f"argument {i}{path} of {_fname(f)}")
             x = _as_value(x)
             new.append(DualArray(x, _as_value(v, x.dtype), tag))
         args.append(ptree.unflatten(new))
@@ -68,7 +70,7 @@ def _result(o, tag):
     if is_float_leaf(o):
         v = np.float64(o) if type(o) is float else o
         shape = ((tag.lanes,) if tag.lanes else ()) + tuple(np.shape(v))
-        return v, np.zeros(shape, dtype=v.dtype)
+        return v, am.zeros(shape, dtype=v.dtype, like=v)
     return o, None
 
 

@@ -10,6 +10,7 @@ import functools
 
 import numpy as np
 
+from . import array_module as am
 from .api import value_and_grad, _norm_argnums, _fname, is_float_leaf
 from .caches import CacheSpec
 from .config import current_config
@@ -99,13 +100,13 @@ def _hessian_rows(f, nums, args, kwargs, chunk_size):
     n = int(offsets[-1])
     dtype = np.result_type(*[getattr(l, "dtype", np.float64) for _, _, l in leaves]) if leaves \
         else np.float64
+    xp = am.module_of(*[leaf for _, _, leaf in leaves], what=f"the Hessian of {_fname(f)}")
     k = _chunk(n, np.dtype(dtype).itemsize, chunk_size)
-    H = np.empty((n, n), dtype=dtype)
+    H = xp.empty((n, n), dtype=dtype)
     value, grads = None, None
     for r0 in range(0, n, k):
         rows = min(k, n - r0)
-        basis = np.zeros((rows, n), dtype=dtype)
-        basis[np.arange(rows), r0 + np.arange(rows)] = 1
+        basis = xp.eye(rows, n, r0, dtype=dtype)
         vs = []
         for i in nums:
             arg_leaves, tree = flatten(args[i])

@@ -100,7 +100,7 @@ def test_prepared_derivative_cache_reuses_and_validates():
     (lambda c: value_and_derivative(c, lambda x, w: x, (np.ones(5), np.ones(5)), ({}, None)),
      "prepared for"),
     (lambda c: value_and_derivative(c, _f, (np.ones(6), np.ones(6)), ({"scale": 2.0}, None)),
-     r"argument 0 is a ndarray of shape \(6,\)"),
+     r"argument 0 is a numpy.ndarray of shape \(6,\)"),
     (lambda c: value_and_derivative(c, _f, (np.ones(5, np.float32), np.ones(5, np.float32)),
                                     ({"scale": 2.0}, None)), "dtype float32"),
     (lambda c: value_and_derivative(c, _f, (np.ones(5), np.ones(5)),
@@ -108,7 +108,7 @@ def test_prepared_derivative_cache_reuses_and_validates():
      "structure"),
     (lambda c: value_and_derivative(c, _f, (np.ones(5), np.ones(5))), "2 argument"),
     (lambda c: value_and_derivative(c, _f, (np.ones(5), np.ones(5)), ({"scale": np.ones(1)}, None)),
-     r"\['scale'\] is a ndarray"),
+     r"\['scale'\] is a numpy.ndarray"),
 ])
 def test_prepared_derivative_cache_errors_say_what_differs(call, match):
     c = prepare_derivative_cache(_f, np.zeros(5), {"scale": 2.0})

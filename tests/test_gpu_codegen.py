@@ -432,9 +432,6 @@ def test_api_on_the_fake_device(xp, dtype):
 
 
 @needs_compiler
-@pytest.mark.xfail(raises=am.MixedArrayModulesError, strict=True,
-                   reason="second_order._hessian_rows builds the basis and H with NumPy; the fix "
-                          "(xp = am.module_of(leaves); xp.eye/xp.empty) is in the GPU report")
 def test_hessian_on_the_fake_device(xp):
     gpu_checks.check_hessian(xp, np.float64)
 
@@ -446,11 +443,7 @@ def test_mixed_inputs_are_refused_on_the_fake_device(xp):
 
 @needs_compiler
 @pytest.mark.parametrize("name,dtype", [
-    pytest.param("sum_1000", np.float64, marks=pytest.mark.xfail(
-        raises=AssertionError, strict=True,
-        reason="forward_api._result gives an input that the gradient does not depend on "
-               "np.zeros(...) as Hv: a host array (fix in the GPU report)"))] + [
-    (n, np.float64) for n in ["_sum_sin_1000", "kron_view_sum", "map_sin_cos_exp",
+    (n, np.float64) for n in ["sum_1000", "_sum_sin_1000", "kron_view_sum", "map_sin_cos_exp",
                               "broadcast_sin_cos_exp", "simple_mlp", "gp_lml",
                               "turing_broadcast_benchmark", "large_single_block"]
 ] + [(n, np.float32) for n in ["sum_sin_1000", "gp_lml", "large_single_block"]])

@@ -58,8 +58,15 @@ def _np_vocabulary():
     ns.update(pow=np.power, select=np.where)
     if sps is not None:
         ns.update(erf=sps.erf, erfc=sps.erfc, digamma=sps.digamma,
-                  trigamma=lambda a: sps.polygamma(1, a), tetragamma=lambda a: sps.polygamma(2, a))
+                  trigamma=lambda a: _special_of(a).polygamma(1, a),
+                  tetragamma=lambda a: _special_of(a).polygamma(2, a))
     return ns
+
+
+def _special_of(a):
+    """scipy.special, or cupyx.scipy.special for device arrays (polygamma is no ufunc)."""
+    from ..array_module import scipy_special
+    return scipy_special(a)
 
 
 NP_VOCABULARY = _np_vocabulary()

@@ -26,6 +26,7 @@ Example:
 """
 import numpy as np
 
+from .. import array_module as am
 from .broadcasting import shape_of, unbroadcast
 from .cotangents import scatter_add
 from .lanes import align
@@ -142,7 +143,7 @@ def _copyto(dst, src, casting="same_kind", where=True):
 
 def _put(a, ind, v, mode="raise"):
     size = int(np.prod(shape_of(a)))
-    idx = np.ravel(np.asarray(ind)).astype(np.intp)
+    idx = np.ravel(am.asarray(ind)).astype(np.intp)
     if mode == "wrap":
         idx = idx % size
     elif mode == "clip":

@@ -18,6 +18,7 @@ import inspect
 
 import numpy as np
 
+from .. import array_module as am
 from .registry import RRULES, FRULES, frule, fn_name
 from ..errors import MissingRuleError
 from .broadcasting import shape_of
@@ -144,8 +145,12 @@ def dtype_of(x):
 
 
 def _const(v, like):
-    """A plain constant (weights from masks and counts) with the floating dtype of ``like``."""
-    return np.asarray(v, dtype=dtype_of(like))
+    """A plain constant (weights from masks and counts) with the floating dtype of ``like``;
+    a scalar stays a scalar (device arrays accept it; a 0-d host array they would refuse)."""
+    dt = dtype_of(like)
+    if getattr(v, "ndim", 0) == 0 and am.device_module(v) is None:
+        return dt.type(v)
+    return am.asarray(v, dtype=dt)
 
 
 def _like(gx, x):
@@ -291,7 +296,7 @@ def _prod_partials(x, yk, axes, kw):
     where = kw.get("where", True)
     if where is not True:
         x = np.where(where, x, 1)  # entries left out act as ones
-    zero = np.asarray(x == 0)
+    zero = am.asarray(x == 0)
     if not np.any(zero):
         d = yk / x
     else:
@@ -367,7 +372,7 @@ def _extremum_weights(x, y, axis, keepdims, kw, nan):
     """1/count on the entries of ``x`` equal to their slice's extremum ``y`` (among those
     ``where=`` selects and, for nan*, not NaN), 0 elsewhere: a plain constant shaped like x."""
     shape = shape_of(x)
-    hit = np.asarray(x == expand_reduced(y, shape, axis, keepdims))
+    hit = am.asarray(x == expand_reduced(y, shape, axis, keepdims))
     where = _where_kw(kw, x if nan else None)
     if where is not True:
         hit = hit & where
@@ -424,7 +429,7 @@ def _var_rule(np_fn, nan, root):
             else:
                 # d std = (x - m) / ((N - ddof) std); a constant slice (std = 0) gets zero.
                 yk = expand_reduced(y, shape, axis, keepdims)
-                flat = np.asarray(yk == 0)
+                flat = am.asarray(yk == 0)
                 gx = np.where(flat, 0, gk * c * scale / np.where(flat, 1, yk))
             return _like(_masked(gx, where), x)
         return y, pullback
@@ -446,7 +451,7 @@ def _var_frule(np_fn, nan, root):
         s = np.sum(dx * (c * scale), axis=lane_axes(axis, len(shape_of(x))), keepdims=keepdims)
         if not root:
             return y, 2 * s
-        flat = np.asarray(y == 0)
+        flat = am.asarray(y == 0)
         return y, np.where(flat, 0, s / np.where(flat, 1, y))
     return rule
 
@@ -513,7 +518,7 @@ def _cumprod_vjp(x, y, g, ax):
     own derivatives right, for second order through duals.
     """
     rs = _revcumsum(g * y, ax)
-    zero = np.asarray(x == 0)
+    zero = am.asarray(x == 0)
     if not np.any(zero):
         return rs / x
     seen = np.cumsum(zero, axis=ax)
@@ -561,7 +566,7 @@ def _cumprod_jvp(x, y, dx, ax):
     in value, with the right derivatives) and those with two or more are dropped.
     """
     la = ax + 1
-    zero = np.asarray(x == 0)
+    zero = am.asarray(x == 0)
     if not np.any(zero):
         return y * np.cumsum(dx / x, axis=la)
     seen = np.cumsum(zero, axis=ax)
@@ -635,13 +640,13 @@ for _key, _fn in [((np.add, "reduce"), np.sum), ((np.multiply, "reduce"), np.pro
 # --- np.linalg.norm -------------------------------------------------------------------------
 def _split_ties(v, target, axes):
     """Weights 1/count on the entries of ``v`` equal to ``target`` in their slice, else 0."""
-    hit = np.asarray(v == target)
+    hit = am.asarray(v == target)
     return hit / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1)
 
 
 def _safe(v):
     """``v`` with zeros replaced by ones, for divisions whose numerator vanishes there."""
-    return np.where(np.asarray(v == 0), 1, v)
+    return np.where(am.asarray(v == 0), 1, v)
 
 
 def _vector_norm_partials(x, yk, ord, axes):
@@ -657,7 +662,7 @@ def _vector_norm_partials(x, yk, ord, axes):
         pick = np.max if ord > 0 else np.min
         return np.sign(x) * _const(_split_ties(a, pick(a, axis=axes, keepdims=True), axes), x)
     # (|x_k| / ‖x‖)^(p-1) sign(x_k); entries at 0 get 0 (for p < 1 the derivative is infinite).
-    at0 = np.asarray(x == 0)
+    at0 = am.asarray(x == 0)
     return np.where(at0, 0, np.sign(x) * (np.where(at0, 1, a) / _safe(yk)) ** (ord - 1))
 
 

@@ -14,6 +14,7 @@ weighted sum (or weighted centring) over ``axis`` shifted past it.
 """
 import numpy as np
 
+from .. import array_module as am
 from .registry import primitive, rrule, frule, stop_gradient
 from .broadcasting import shape_of, unbroadcast
 from .lanes import align
@@ -48,10 +49,10 @@ def _lse_parts(a, axis, b, keepdims):
         # value, with the right derivative) and added back by log1p: log1p(rest) keeps full
         # relative precision when the other terms are tiny. Where the maximum is not finite
         # nothing is taken out, and log1p(rest - 1) = log(rest).
-        top = slice_rank(np.asarray((ap == m) & finite), normalize_axis(axis, np.ndim(ap))) == 1
+        top = slice_rank(am.asarray((ap == m) & finite), normalize_axis(axis, np.ndim(ap))) == 1
         rest = np.sum(np.where(top, np.expm1(a - m), np.exp(a - m)), axis=axis,
                       keepdims=keepdims)
-        one = np.asarray(np.sum(top, axis=axis, keepdims=keepdims) - 1, dtype=dtype_of(rest))
+        one = am.asarray(np.sum(top, axis=axis, keepdims=keepdims) - 1, dtype=dtype_of(rest))
         with np.errstate(divide="ignore"):
             return np.log1p(rest + one), m
     _, m, _ = _shift(a, axis, _full_shape(a, b))
