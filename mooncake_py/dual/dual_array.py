@@ -15,7 +15,7 @@ direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangen
 import numpy as np
 
 from ..array_ops import ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost
-from ..arguments import kwargs_to_positional, describe_arg
+from ..arguments import kwargs_to_positional, missing_rule_message
 from ..config import _CONFIG as _DEBUG
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
 from ..errors import (MissingRuleError, MutationError, NonDifferentiableInputError, RuleError,
@@ -24,7 +24,7 @@ from ..rules.broadcasting import shape_of
 from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like, zero_tangent
-from ..rules.registry import FRULES, FRULE_LANES, RRULES, ZERO_DERIVATIVE, fn_name
+from ..rules.registry import FRULES, FRULE_LANES, ZERO_DERIVATIVE, fn_name
 
 _SEQ = (list, tuple)
 
@@ -383,22 +383,7 @@ def _check_tangent(fn, out, tout, tag):
 
 
 def _missing_message(fn, args, kwargs):
-    name = fn_name(fn)
-    call = ", ".join([describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
-    short = name.replace("numpy.", "np.")
-    has_r = " (it has a reverse rule, so mp.grad works)" if fn in RRULES else ""
-    return (
-        f"mooncake_py has no forward-mode rule (frule) for {name}, called here as "
-        f"{short}({call}){has_r}. Add one, written with np. calls so that it composes:\n\n"
-        f"    @mp.frule({short})\n    def _(primals, tangents, **kwargs):\n"
-        f"        x, *rest = primals\n"
-        f"        dx = tangents[0]      # None where an argument carries no tangent\n"
-        f"        y = {short}(x, *rest, **kwargs)\n"
-        f"        return y, <J·dx>\n\n"
-        f"(use @mp.frule({short}, lanes=True) to receive several directions at once), or, if "
-        f"its output carries no derivative, declare mp.zero_derivative({short}). "
-        "mooncake_py.testing.test_rule(..., modes=('forward',)) checks a new rule against finite "
-        "differences.")
+    return missing_rule_message(fn, args, kwargs, "forward")
 
 
 # --- public constructors and accessors ------------------------------------------------------

@@ -21,12 +21,12 @@ from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
-from ..rules.registry import RRULES, ZERO_DERIVATIVE, FRULES, fn_name
+from ..rules.registry import RRULES, ZERO_DERIVATIVE, fn_name
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
 from ..rules.indexing import is_basic_index, _frozen
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
-from ..arguments import kwargs_to_positional, describe_arg
+from ..arguments import kwargs_to_positional, missing_rule_message
 from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
@@ -373,30 +373,31 @@ class Tape:
                 if g is None:
                     continue
                 pb = pullbacks[i]
-                if pb is None:
-                    continue
-                if i not in keep:
-                    cts[i] = None
-                if type(g) in _SPARSE:
-                    g = g.dense()
-                try:
-                    gs = pb(g)
-                except MissingRuleError as e:
-                    raise _reached_from(e, self._fns[i]) from e
-                for p, gp in zip(parents[i], gs):
-                    if p is None or gp is None:
-                        continue
-                    if type(p) is tuple:
-                        for q, gq in zip(p, gp):
-                            if q is not None and gq is not None:
-                                _accumulate(cts, owned, q, gq)
-                    else:
-                        _accumulate(cts, owned, p, gp)
-            for k in keep:
-                if type(cts[k]) in _SPARSE:
-                    cts[k] = cts[k].dense()
+                if pb is not None:
+                    self._pull(i, pb, g, parents[i], cts, keep, owned)
+            _densify_kept(cts, keep)
         finally:
             _SWEEPING.reset(token)
+
+    def _pull(self, i, pb, g, parents, cts, keep, owned):
+        """Node ``i``: run its pullback on cotangent ``g`` and pass the results to its parents."""
+        if i not in keep:
+            cts[i] = None
+        if type(g) in _SPARSE:
+            g = g.dense()
+        try:
+            gs = pb(g)
+        except MissingRuleError as e:
+            raise _reached_from(e, self._fns[i]) from e
+        for p, gp in zip(parents, gs):
+            if p is None or gp is None:
+                continue
+            if type(p) is tuple:
+                for q, gq in zip(p, gp):
+                    if q is not None and gq is not None:
+                        _accumulate(cts, owned, q, gq)
+            else:
+                _accumulate(cts, owned, p, gp)
 
 
 class MutatingTape(Tape):
@@ -479,28 +480,9 @@ class MutatingTape(Tape):
                         k -= 1
                         nxt = writes[k] if k >= 0 else -1
                     continue
-                if g is None or pb is None:
-                    continue
-                if i not in keep:
-                    cts[i] = None
-                if type(g) in _SPARSE:
-                    g = g.dense()
-                try:
-                    gs = pb(g)
-                except MissingRuleError as e:
-                    raise _reached_from(e, self._fns[i]) from e
-                for p, gp in zip(parents[i], gs):
-                    if p is None or gp is None:
-                        continue
-                    if type(p) is tuple:
-                        for q, gq in zip(p, gp):
-                            if q is not None and gq is not None:
-                                _accumulate(cts, owned, q, gq)
-                    else:
-                        _accumulate(cts, owned, p, gp)
-            for k2 in keep:
-                if type(cts[k2]) in _SPARSE:
-                    cts[k2] = cts[k2].dense()
+                if g is not None and pb is not None:
+                    self._pull(i, pb, g, parents[i], cts, keep, owned)
+            _densify_kept(cts, keep)
         finally:
             for w in reversed(undone):  # redo, in recording order
                 pullbacks[w].swap()
@@ -645,6 +627,13 @@ def _stale_message(a, what, fn):
         "before writing (y = x.copy()) so that the two no longer share memory.")
 
 
+def _densify_kept(cts, keep):
+    """The requested cotangents as arrays (sparse contributions scattered once)."""
+    for k in keep:
+        if type(cts[k]) in _SPARSE:
+            cts[k] = cts[k].dense()
+
+
 def _reached_from(err, fn):
     """The same error, saying which recorded op's pullback needed the missing rule."""
     if fn is None or "Reached from the pullback" in str(err):
@@ -771,18 +760,7 @@ def _holds_tracked(v, tape=None):
 
 
 def _missing_message(fn, args, kwargs):
-    name = fn_name(fn)
-    call = ", ".join([describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
-    short = name.replace("numpy.", "np.")
-    has_f = " (it has a forward rule, so mp.jvp works)" if fn in FRULES else ""
-    return (
-        f"mooncake_py has no reverse-mode rule (rrule) for {name}, called here as "
-        f"{short}({call}){has_f}. Add one, written with np. calls so that second order works "
-        f"too:\n\n    @mp.rrule({short})\n    def _(x, *args, **kwargs):\n"
-        f"        y = {short}(x, *args, **kwargs)\n"
-        f"        return y, lambda g: (<cotangent of x from g>, None, ...)\n\n"
-        f"or, if its output carries no derivative, declare mp.zero_derivative({short}). "
-        "mooncake_py.testing.test_rule checks a new rule against finite differences.")
+    return missing_rule_message(fn, args, kwargs, "reverse")
 
 
 _ROR_MESSAGE = (
