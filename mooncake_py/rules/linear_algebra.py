@@ -615,9 +615,20 @@ def _slogdet_f(primals, tangents):
     return np.linalg.slogdet(a), (None, _tr_inv_times(a, da))  # the sign is piecewise constant
 
 
+_PHI_MASKS = {}  # host masks by (n, dtype): rebuilding one costs as much as a small solve
+
+
 def _phi_mask(n, dtype, like):
     """Lower-triangle mask with halved diagonal: Φ(M) = M * mask (in ``like``'s module)."""
-    return am.tri(n, dtype=dtype, like=like) - am.eye(n, dtype=dtype, like=like) / 2
+    if am.is_device(like):
+        return am.tri(n, dtype=dtype, like=like) - am.eye(n, dtype=dtype, like=like) / 2
+    key = (n, np.dtype(dtype))
+    m = _PHI_MASKS.get(key)
+    if m is None:
+        m = np.tri(n, dtype=dtype) - np.eye(n, dtype=dtype) / 2
+        m.flags.writeable = False
+        _PHI_MASKS[key] = m
+    return m
 
 
 def _cholesky_upper(a):
@@ -637,8 +648,9 @@ def _cholesky(a, upper=False):
         # A = L Lᵀ: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with halved diagonal.
         gL = _mT(g) if upper else g
         p = np.matmul(_mT(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
-        s = solve_triangular(L, p, trans=1, lower=True)
-        s = _mT(solve_triangular(L, _mT(s), trans=1, lower=True))
+        # L comes from a successful factorisation: it is finite, no need to scan it again
+        s = solve_triangular(L, p, trans=1, lower=True, check_finite=False)
+        s = _mT(solve_triangular(L, _mT(s), trans=1, lower=True, check_finite=False))
         return (_sym(s),)
     return y, pullback
 
@@ -649,7 +661,7 @@ def _cholesky_f(primals, tangents, **kw):
         y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
         L = _mT(y) if upper else y
         # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ).
-        solve_l = (lambda r: solve_triangular(L, r, lower=True))
+        solve_l = (lambda r: solve_triangular(L, r, lower=True, check_finite=False))
         z = _lane_solve(solve_l, _mT(_lane_solve(solve_l, _sym(tangents[0]))))
         dL = np.matmul(L, z * _phi_mask(shape_of(L)[-1], _dtype(z), z))
         return y, _mT(dL) if upper else dL
