@@ -170,11 +170,12 @@ def value_and_grad(f, argnums=0):
         (5.0, array([2., 4.]))
     """
     single = isinstance(argnums, int)
+    what = f"the arguments of {_fname(f)}"
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
         nums = _norm_argnums(argnums, len(args), f)
-        am.module_of(*[args[i] for i in nums], what=f"the arguments of {_fname(f)}")
+        am.module_of(*[args[i] for i in nums], what=what)
         tape = Tape()
         with gc_paused():
             tr = _Tracked(f, args, nums, tape)
