@@ -80,8 +80,6 @@ def _hvp_by_differences(g, diff, v, h):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_hvp_matches_gradient_differences(name):
-    if not hasattr(mp, "hvp"):
-        pytest.skip("mp.hvp does not exist yet")
     case = CASES[name]
     rng = np.random.default_rng(3)
     g, diff = case.closure(XP, case.make_inputs(rng))
@@ -93,3 +91,35 @@ def test_case_hvp_matches_gradient_differences(name):
         fd = _hvp_by_differences(g, diff, v, h)
         errs.append(np.sqrt(sum(np.sum(np.square(a - b)) for a, b in zip(hv, fd))))
     assert min(errs) <= 1e-5 * max(want_norm, 1.0), (name, errs, want_norm)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_case_jvp_matches_finite_differences_and_the_gradient(name):
+    case = CASES[name]
+    rng = np.random.default_rng(4)
+    g, diff = case.closure(XP, case.make_inputs(rng))
+    v = tuple(rng.standard_normal(np.shape(x)) for x in diff)
+    y, dy = mp.jvp(g, tuple(diff), v)
+    grads = mp.grad(g, argnums=tuple(range(len(diff))))(*diff)
+    via_grad = sum(float(np.sum(gr * d)) for gr, d in zip(grads, v))
+    fd = [(g(*[x + h * d for x, d in zip(diff, v)]) - g(*[x - h * d for x, d in zip(diff, v)]))
+          / (2 * h) for h in (1e-3, 1e-4, 1e-5, 1e-6)]
+    scale = max(abs(via_grad), 1.0)
+    assert abs(dy - via_grad) <= 1e-10 * scale, (name, dy, via_grad)
+    assert min(abs(dy - f) for f in fd) <= 1e-5 * scale, (name, dy, fd)
+
+
+SMALL = [n for n in CASES
+         if sum(np.size(x) for x in CASES[n].closure(XP, CASES[n].make_inputs(
+             np.random.default_rng(0)))[1]) <= 1000]
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_case_jacobian_forward_and_reverse_equal_the_gradient(name):
+    case = CASES[name]
+    g, diff = case.closure(XP, case.make_inputs(np.random.default_rng(5)))
+    x0, rest = diff[0], diff[1:]
+    f = (lambda x: g(x, *rest))
+    want = mp.grad(f)(x0)
+    for mode in ("forward", "reverse"):
+        np.testing.assert_allclose(mp.jacobian(f, mode=mode)(x0), want, rtol=1e-10, atol=1e-12)
