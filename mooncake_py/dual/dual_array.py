@@ -24,7 +24,7 @@ from ..rules.broadcasting import shape_of
 from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like, zero_tangent
-from ..rules.registry import FRULES, FRULE_LANES, ZERO_DERIVATIVE, fn_name
+from ..rules.registry import FRULES, FRULE_LANES, ZERO_DERIVATIVE, COMPOSITES, fn_name
 
 _SEQ = (list, tuple)
 
@@ -227,8 +227,8 @@ def _apply(tag, fn, args, kwargs):
             tangents.append(None)
     rule = FRULES.get(fn)
     if rule is None:
-        mutator = MUTATORS.get(fn)
-        if mutator is not None:  # np.copyto, np.put, ...: writes through _mc_setitem
+        mutator = MUTATORS.get(fn) or COMPOSITES.get(fn)
+        if mutator is not None:  # np.copyto, np.median, ...: built from dual operations
             return mutator(*args, **kwargs)
         if fn in ZERO_DERIVATIVE:
             return _call(fn, primals, kwargs)

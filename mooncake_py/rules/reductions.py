@@ -19,7 +19,7 @@ import inspect
 import numpy as np
 
 from .. import array_module as am
-from .registry import RRULES, FRULES, frule, fn_name
+from .registry import RRULES, FRULES, frule, fn_name, composite
 from ..errors import MissingRuleError
 from .broadcasting import shape_of
 from .shape import astype
@@ -743,3 +743,51 @@ def _norm_frule(x, dx, ord=None, axis=None, keepdims=False):
         if d is None:  # ord=0 counts nonzeros: locally constant
             return y, None
     return y, np.sum(dx * d, axis=lane_axes(axis, nd), keepdims=keepdims)
+
+
+# --- by composition: median, average, ptp ---------------------------------------------------
+# Built from sort, take, sum, max and min, whose rules exist, so every mode (and second order)
+# follows with no rule of their own.
+def _single_axis(fn, axis, ndim):
+    if axis is not None and not isinstance(axis, (int, np.integer)):
+        raise MissingRuleError(f"{fn}: differentiating with axis={axis!r} (several axes) is not "
+                               "supported; reduce one axis at a time.")
+    return None if axis is None else int(axis) % max(ndim, 1)
+
+
+@composite(np.median)
+def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    nd = len(shape_of(a))
+    ax = _single_axis("np.median", axis, nd)
+    s = np.sort(a, axis=ax)                       # axis=None sorts the flattened array
+    along = -1 if ax is None else ax
+    n = shape_of(s)[along]
+    mid = [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
+    r = np.mean(np.take(s, mid, axis=along), axis=along)
+    if keepdims:
+        r = np.reshape(r, (1,) * nd) if ax is None else np.expand_dims(r, ax)
+    return r
+
+
+@composite(np.average)
+def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
+    if weights is None:
+        avg = np.mean(a, axis=axis, keepdims=keepdims)
+        if not returned:
+            return avg
+        count = np.size(a) // max(np.size(avg), 1)
+        return avg, np.full_like(avg, count) if np.ndim(avg) else avg * 0 + count
+    nd = len(shape_of(a))
+    w = weights
+    if len(shape_of(w)) == 1 and nd > 1:  # 1-D weights along ``axis``
+        ax = _single_axis("np.average", axis, nd)
+        w = np.reshape(w, tuple(-1 if i == ax else 1 for i in range(nd)))
+        w = np.broadcast_to(w, shape_of(a))
+    wsum = np.sum(w, axis=axis, keepdims=keepdims)
+    avg = np.sum(a * w, axis=axis, keepdims=keepdims) / wsum
+    return (avg, wsum) if returned else avg
+
+
+@composite(np.ptp)
+def _ptp(a, axis=None, out=None, keepdims=False):
+    return np.max(a, axis=axis, keepdims=keepdims) - np.min(a, axis=axis, keepdims=keepdims)

@@ -18,6 +18,7 @@ from ..dispatch import dispatch, WRAPPER_TYPES
 RRULES = {}
 FRULES = {}
 ZERO_DERIVATIVE = set()
+COMPOSITES = {}
 
 
 def fn_name(fn):
@@ -133,6 +134,25 @@ def frule(fn, lanes=False):
         else:
             FRULE_LANES.discard(fn)
         return rule
+    return register
+
+
+def composite(fn):
+    """Differentiate ``fn`` through an implementation built from functions that have rules.
+
+    The decorated function is called, in every mode, with the call's arguments *as they are*
+    (tracked or dual), so its ``np.`` calls are recorded one by one: no rule of its own is
+    needed. For functions whose derivative is best expressed by composition (``np.median`` via
+    ``np.sort``, ``np.ptp`` via max and min).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> float(mp.grad(lambda x: np.median(x))(np.array([3.0, 1.0, 2.0]))[0])
+        0.0
+    """
+    def register(impl):
+        COMPOSITES[fn] = impl
+        return impl
     return register
 
 

@@ -21,7 +21,7 @@ from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
-from ..rules.registry import RRULES, ZERO_DERIVATIVE, fn_name
+from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
 from ..rules.indexing import is_basic_index, _frozen
@@ -104,8 +104,8 @@ class Tape:
             raise ReverseOverReverseError(_ROR_MESSAGE.format(fn=fn_name(fn)))
         rule = RRULES.get(fn)
         if rule is None:
-            mutator = MUTATORS.get(fn)
-            if mutator is not None:  # np.copyto, np.put, ...: writes through Tape.write
+            mutator = MUTATORS.get(fn) or COMPOSITES.get(fn)
+            if mutator is not None:  # np.copyto, np.median, ...: built from recorded ops
                 return mutator(*args, **kwargs)
             if fn in ZERO_DERIVATIVE:
                 return _call(fn, [self._unwrap(a) for a in args],

@@ -1,0 +1,39 @@
+"""Functions differentiated by composition (np.median, np.average, np.ptp): every mode."""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.testing import test_rule
+
+rng = np.random.default_rng(11)
+X = rng.standard_normal((4, 5))
+KWARGS = [{}, {"axis": 0}, {"axis": 1}, {"axis": -1, "keepdims": True}, {"keepdims": True}]
+
+
+@pytest.mark.parametrize("kw", KWARGS, ids=str)
+@pytest.mark.parametrize("fn", [np.median, np.ptp, np.average], ids=lambda f: f.__name__)
+def test_reductions_by_composition(fn, kw):
+    test_rule(fn, X, **kw)          # odd count along axis 0 and 1... and the flattened 20
+    test_rule(fn, X[:, :4], **kw)   # even counts: median averages the middle two
+
+
+@pytest.mark.parametrize("call,shape", [
+    (lambda x, w: np.average(x, weights=w), (4, 5)),
+    (lambda x, w: np.average(x, 1, w), (5,)),
+    (lambda x, w: np.average(x, 0, w, keepdims=True), (4,)),
+    (lambda x, w: np.average(x, 1, w, returned=True), (5,)),
+])
+def test_weighted_average_in_values_and_weights(call, shape):
+    test_rule(call, X, rng.uniform(1, 2, shape))
+
+
+def test_median_closed_form_and_second_order():
+    x = np.array([3.0, 1.0, 2.0, 5.0])  # median = (2 + 3) / 2
+    np.testing.assert_array_equal(mp.grad(np.median)(x), [0.5, 0.0, 0.5, 0.0])
+    np.testing.assert_array_equal(mp.hvp(lambda x: np.median(x) ** 2)(x, np.ones(4)),
+                                  [1.0, 0.0, 1.0, 0.0])
+
+
+def test_several_axes_are_refused_clearly():
+    with pytest.raises(mp.MissingRuleError, match="one axis at a time"):
+        mp.grad(lambda x: np.sum(np.median(x, axis=(0, 1))))(X)
