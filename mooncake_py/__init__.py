@@ -9,7 +9,7 @@ from .errors import (MooncakeError, MissingRuleError, ReverseOverReverseError, O
                      NonDifferentiableInputError, PreparedCacheSpecError, TrackingLostError,
                      MutationError, RuleError, TangentError, MixedArrayModulesError)
 from .config import Config
-from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient
+from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient, composite
 from .tape import Tape, TrackedArray
 from .api import grad, value_and_grad, vjp
 

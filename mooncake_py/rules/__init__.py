@@ -1,6 +1,6 @@
 """Rule tables. Importing this package registers every built-in rule; one module per family."""
 from .registry import (RRULES, FRULES, ZERO_DERIVATIVE, rrule, frule, defvjp, primitive,
-                       zero_derivative, stop_gradient)
+                       zero_derivative, stop_gradient, composite)
 # registration side effects: each module registers its family's rules
 from . import (derivative_table, elementwise, shape, reductions, indexing,  # noqa: F401
                linear_algebra, special, mutation)
