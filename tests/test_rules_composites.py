@@ -1,4 +1,4 @@
-"""Functions differentiated by composition (np.median, np.average, np.ptp): every mode."""
+"""Functions differentiated by composition (median, average, ptp, quantile, percentile)."""
 import numpy as np
 import pytest
 
@@ -37,3 +37,17 @@ def test_median_closed_form_and_second_order():
 def test_several_axes_are_refused_clearly():
     with pytest.raises(mp.MissingRuleError, match="one axis at a time"):
         mp.grad(lambda x: np.sum(np.median(x, axis=(0, 1))))(X)
+
+
+@pytest.mark.parametrize("kw", KWARGS + [{"axis": 0, "keepdims": True}], ids=str)
+@pytest.mark.parametrize("q", [0.3, [0.1, 0.5, 0.9], 0.0, 1.0, [[0.25], [0.75]]], ids=str)
+def test_quantile_and_percentile(q, kw):
+    test_rule(lambda x: np.quantile(x, q, **kw), X)
+    test_rule(lambda x: np.percentile(x, np.multiply(q, 100), **kw), X)
+
+
+def test_quantile_refuses_other_methods_and_tracked_q():
+    with pytest.raises(mp.MissingRuleError, match="method='linear'"):
+        mp.grad(lambda x: np.quantile(x, 0.5, method="nearest"))(X[0])
+    with pytest.raises(mp.MissingRuleError, match="respect to q"):
+        mp.grad(lambda q: np.quantile(X[0], q))(0.5)

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import array_module as am
 from .registry import RRULES, FRULES, frule, fn_name, composite
+from ..dispatch import WRAPPER_TYPES
 from ..errors import MissingRuleError
 from .broadcasting import shape_of
 from .shape import astype
@@ -791,3 +792,44 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 @composite(np.ptp)
 def _ptp(a, axis=None, out=None, keepdims=False):
     return np.max(a, axis=axis, keepdims=keepdims) - np.min(a, axis=axis, keepdims=keepdims)
+
+
+def _quantile_linear(fn, a, q, axis, keepdims, method):
+    """Quantiles with NumPy's default 'linear' method: between the order statistics around
+    q·(n-1), weighted by the fractional part (the weights are constants: q is not tracked)."""
+    if method != "linear":
+        raise MissingRuleError(f"{fn}: only method='linear' (the default) is differentiated; "
+                               f"got method={method!r}.")
+    if type(q) in WRAPPER_TYPES:
+        raise MissingRuleError(f"{fn}: differentiating with respect to q is not supported; pass "
+                               "q as a constant.")
+    nd = len(shape_of(a))
+    ax = _single_axis(fn, axis, nd)
+    s = np.sort(a, axis=ax)
+    along = -1 if ax is None else ax
+    n = shape_of(s)[along]
+    qs = np.asarray(q, dtype=np.float64)
+    pos = qs * (n - 1)
+    lo = np.floor(pos).astype(np.intp)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = (pos - lo).astype(dtype_of(a))
+    lo_v = np.moveaxis(np.take(s, np.ravel(lo), axis=along), along, 0)
+    hi_v = np.moveaxis(np.take(s, np.ravel(hi), axis=along), along, 0)
+    fr = np.reshape(np.ravel(frac), (-1,) + (1,) * (len(shape_of(lo_v)) - 1))
+    r = lo_v + (hi_v - lo_v) * fr            # (number of q, rest of the axes)
+    if keepdims:
+        r = (np.reshape(r, (r.shape[0],) + (1,) * nd) if ax is None
+             else np.expand_dims(r, ax + 1))
+    return np.reshape(r, qs.shape + tuple(shape_of(r)[1:]))
+
+
+@composite(np.quantile)
+def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+              keepdims=False, **kw):
+    return _quantile_linear("np.quantile", a, q, axis, keepdims, method)
+
+
+@composite(np.percentile)
+def _percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False, **kw):
+    return _quantile_linear("np.percentile", a, np.true_divide(q, 100), axis, keepdims, method)
