@@ -42,9 +42,28 @@ def top_wrapper(args, kwargs=None):
     return top
 
 
+def _deep_top(x, found):
+    """Search nested lists/tuples/dicts at any depth (``np.block([[a, b], [c, d]])``)."""
+    t = type(x)
+    if t in WRAPPER_TYPES:
+        if found is None or x._mc_level() > found._mc_level():
+            return x
+    elif t in _SEQ:
+        for y in x:
+            found = _deep_top(y, found)
+    elif t is dict:
+        for y in x.values():
+            found = _deep_top(y, found)
+    return found
+
+
 def dispatch(fn, args, kwargs):
     """Call ``fn`` through the rules of the innermost transformation present in its arguments."""
     top = top_wrapper(args, kwargs)
     if top is None:
-        return fn(*args, **kwargs)
+        # NumPy found a wrapper deeper than one level of nesting: calling fn again would come
+        # straight back here, so look for it at any depth.
+        top = _deep_top((args, kwargs), None)
+        if top is None:
+            return fn(*args, **kwargs)
     return type(top)._mc_apply(top, fn, args, kwargs)

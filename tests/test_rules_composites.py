@@ -51,3 +51,30 @@ def test_quantile_refuses_other_methods_and_tracked_q():
         mp.grad(lambda x: np.quantile(x, 0.5, method="nearest"))(X[0])
     with pytest.raises(mp.MissingRuleError, match="respect to q"):
         mp.grad(lambda q: np.quantile(X[0], q))(0.5)
+
+
+def test_multi_dot_and_pinv():
+    A, B, C = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal((5, 2))
+    test_rule(lambda a, b, c: np.linalg.multi_dot([a, b, c]), A, B, C)
+    test_rule(lambda a, b: np.linalg.multi_dot([a[0], b]), A, B)
+    for shape in [(4, 3), (3, 5), (2, 3, 3)]:
+        test_rule(np.linalg.pinv, rng.standard_normal(shape))
+
+
+@pytest.mark.parametrize("build,shapes", [
+    (lambda a, b, c, d: np.block([[a, b], [c, d]]), [(2, 2), (2, 3), (1, 2), (1, 3)]),
+    (lambda a, b: np.block([a, b]), [(3,), (2,)]),
+    (lambda a, b: np.block([[a], [b]]), [(3,), (3,)]),
+    (lambda a, b: np.block([[[a]], [[b]]]), [(2, 2), (2, 2)]),   # nested three deep
+])
+def test_block(build, shapes):
+    test_rule(build, *[rng.standard_normal(s) for s in shapes])
+
+
+def test_wrappers_nested_deeply_in_a_function_without_rules_raise_cleanly(monkeypatch):
+    # np.block's dispatcher finds tracked values at any depth; dispatch must too (without its
+    # composite, dispatch used to call np.block again and recurse forever).
+    from mooncake_py.rules.registry import COMPOSITES
+    monkeypatch.delitem(COMPOSITES, np.block)
+    with pytest.raises(mp.MissingRuleError, match="numpy.block"):
+        mp.grad(lambda x: np.sum(np.block([[x, x]])))(np.ones(2))

@@ -19,7 +19,7 @@ import string
 import numpy as np
 
 from .. import array_module as am
-from .registry import rrule, frule, primitive
+from .registry import rrule, frule, primitive, composite
 from .broadcasting import unbroadcast, shape_of
 from .lanes import align, lane_matmul, nlanes
 
@@ -1081,3 +1081,30 @@ def _svd_f(primals, tangents, **kw):
         res = np.linalg.svd(a, full_matrices=full_matrices)
         return res, None if da is None else _svd_tangents(res[0], res[1], res[2], da, True)
     return go(*primals, **kw)
+
+
+# --- by composition: multi_dot, pinv --------------------------------------------------------
+@composite(np.linalg.multi_dot)
+def _multi_dot(arrays, *, out=None):
+    """Left to right (NumPy picks the cheapest order; the values agree to rounding)."""
+    result = arrays[0]
+    for a in arrays[1:]:
+        result = np.dot(result, a)
+    return result
+
+
+@composite(np.linalg.pinv)
+def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
+    """V diag(1/s) Uᵀ over the singular values above the cutoff; differentiable where the rank
+    does not change (the cutoff itself is a constant)."""
+    if hermitian:
+        raise MissingRuleError("np.linalg.pinv(..., hermitian=True) is not differentiated; use "
+                               "hermitian=False (the default).")
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    m, n = shape_of(a)[-2:]
+    tol = rcond if rcond is not None else rtol
+    if tol is None:
+        tol = max(m, n) * np.finfo(_dtype(s)).eps
+    keep = s > tol * np.max(s, axis=-1, keepdims=True)      # plain: comparisons carry no tangent
+    s_inv = np.where(keep, 1 / np.where(keep, s, 1), 0)
+    return np.matmul(_mT(vh) * np.expand_dims(s_inv, -2), _mT(u))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import array_module as am
 from ..errors import MissingRuleError, MutationError
-from .registry import RRULES, primitive, rrule, frule, zero_derivative, fn_name
+from .registry import RRULES, primitive, rrule, frule, zero_derivative, fn_name, composite
 from .broadcasting import shape_of, unbroadcast
 from .cotangents import scatter_add
 from .lanes import align, nlanes, shift_axis
@@ -813,3 +813,23 @@ for _f in [np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.nonz
            np.result_type, np.iscomplexobj, np.isrealobj, np.may_share_memory, np.shares_memory,
            np.imag]:
     zero_derivative(_f)
+
+
+# --- by composition: block ------------------------------------------------------------------
+@composite(np.block)
+def _block(arrays):
+    """Nested lists joined innermost-last-axis first, as ``np.block`` does (operands promoted
+    to the result's rank with leading axes)."""
+    def depth(x):
+        return 1 + depth(x[0]) if isinstance(x, list) and x else 0
+
+    def rank(x):
+        return max(rank(e) for e in x) if isinstance(x, list) else len(shape_of(x))
+    d = depth(arrays)
+    nd = max(rank(arrays), d)
+
+    def join(x, level):
+        if not isinstance(x, list):
+            return np.reshape(x, (1,) * (nd - len(shape_of(x))) + tuple(shape_of(x)))
+        return np.concatenate([join(e, level + 1) for e in x], axis=level - d)
+    return join(arrays, 0)
