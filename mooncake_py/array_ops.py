@@ -284,3 +284,22 @@ WRITTEN_INTO_PLAIN = (
     "it carries derivatives too: np.empty_like(x), np.zeros_like(x, shape=(n, m)), "
     "np.zeros((n, m), like=x) or x.copy() instead of np.zeros((n, m)); writes into it "
     "(out[i] = value, out += value, out=) are then differentiated")
+
+
+def write_out(o, r, where, lost):
+    """``fn(..., out=o)`` after the fact: write the result ``r`` into ``o`` (a buffer or a tuple
+    of them) as NumPy would, honouring ``where``. ``lost(ri)`` gives the error for a
+    differentiable result headed for a plain array (which cannot hold its derivative)."""
+    outs = o if type(o) is tuple else (o,)
+    rs = r if len(outs) > 1 else (r,)
+    for oi, ri in zip(outs, rs):
+        if oi is None:
+            continue
+        if where is not True:
+            ri = np.where(where, ri, oi)
+        if type(ri) in WRAPPER_TYPES and type(oi) not in WRAPPER_TYPES:
+            raise lost(ri)
+        oi[...] = ri
+    if type(o) is tuple:
+        return outs[0] if len(outs) == 1 else outs
+    return o

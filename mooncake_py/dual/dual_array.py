@@ -14,7 +14,8 @@ direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangen
 
 import numpy as np
 
-from ..array_ops import ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost
+from ..array_ops import (ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost,
+                         write_out)
 from ..arguments import kwargs_to_positional, missing_rule_message
 from ..config import _CONFIG as _DEBUG
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
@@ -185,19 +186,7 @@ def _like(d, func, args, kwargs):
 
 def _write_out(fn, o, r, where):
     """``fn(..., out=o)``: write the result ``r`` into ``o`` (a dual buffer) as NumPy would."""
-    outs = o if type(o) is tuple else (o,)
-    rs = r if len(outs) > 1 else (r,)
-    for oi, ri in zip(outs, rs):
-        if oi is None:
-            continue
-        if where is not True:
-            ri = np.where(where, ri, oi)
-        if type(ri) is DualArray and type(oi) not in WRAPPER_TYPES:
-            raise ri._lost(WRITTEN_INTO_PLAIN)
-        oi[...] = ri
-    if type(o) is tuple:
-        return outs[0] if len(outs) == 1 else outs
-    return o
+    return write_out(o, r, where, lambda ri: ri._lost(WRITTEN_INTO_PLAIN))
 
 
 # --- the forward dispatch -------------------------------------------------------------------

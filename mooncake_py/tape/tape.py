@@ -16,7 +16,7 @@ import operator
 import numpy as np
 
 from .. import array_module as am
-from ..array_ops import buffer_root, has_buffer, innermost, WRITTEN_INTO_PLAIN
+from ..array_ops import buffer_root, has_buffer, innermost, write_out, WRITTEN_INTO_PLAIN
 from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
@@ -321,23 +321,9 @@ class Tape:
         where = kwargs.get("where", True)
         rest = {k: v for k, v in kwargs.items() if k not in ("out", "where")}
         r = self.record(fn, args, rest)
-        outs = o if type(o) is tuple else (o,)
-        rs = r if len(outs) > 1 else (r,)
-        for oi, ri in zip(outs, rs):
-            if oi is None:
-                continue
-            if where is not True:
-                ri = np.where(where, ri, oi)
-            if type(oi) is TrackedArray:
-                oi[...] = ri
-            elif type(ri) is TrackedArray and type(oi) not in WRAPPER_TYPES:
-                raise TrackingLostError(_lost_message(ri, WRITTEN_INTO_PLAIN) + (
-                    f" (Here through {fn_name(fn).replace('numpy.', 'np.')}(..., out=plain).)"))
-            else:
-                oi[...] = ri
-        if type(o) is tuple:
-            return outs[0] if len(outs) == 1 else outs
-        return o
+        return write_out(o, r, where, lambda ri: TrackingLostError(
+            _lost_message(ri, WRITTEN_INTO_PLAIN)
+            + f" (Here through {fn_name(fn).replace('numpy.', 'np.')}(..., out=plain).)"))
 
     # --- the reverse sweep --------------------------------------------------------------------
     def gradient(self, y, xs, seed=None, seeds=None):
