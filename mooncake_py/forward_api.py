@@ -5,6 +5,7 @@ import numpy as np
 
 from . import array_module as am
 from .api import is_float_leaf, vjp, _fname
+from .array_ops import has_buffer
 from .config import current_config
 from .dual.dual_array import DualArray, Tag, _validate, _as_value
 from .errors import (NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
@@ -55,7 +56,9 @@ def _seed(f, primals, tangents, lanes):
             _validate(x, v, k, what=f"argument {i}{path} of {_fname(f)}")
             am.module_of(x, v, what=f"argument {i}{path} of {_fname(f)}")
             x = _as_value(x)
-            new.append(DualArray(x, _as_value(v, x.dtype), tag))
+            v = _as_value(v, x.dtype)
+            # the dual's own tangent: writes f makes into its input move it, never the caller's v
+            new.append(DualArray(x, v.copy() if has_buffer(v) else v, tag))
         args.append(ptree.unflatten(new))
     return tag, args
 

@@ -818,3 +818,14 @@ def test_no_write_means_no_copy_and_no_checks():
         x = tape.track(X.copy())
         x[0, 0] = 1.0
     assert type(tape) is not mp.Tape  # the tape that saw a write checks for aliasing
+
+
+def test_jvp_of_a_function_writing_its_input_leaves_the_direction_alone():
+    def f(x):
+        x[0] = 2 * x[1]
+        return np.sum(x ** 2)
+    x, v = np.array([1.0, 2.0, 3.0]), np.ones(3)
+    y, dy = mp.jvp(f, (x,), (v,))
+    assert y == 29.0 and dy == 26.0          # (2x₁)² + x₁² + x₂², along v
+    np.testing.assert_array_equal(x, [4.0, 2.0, 3.0])  # the primal holds what f wrote
+    np.testing.assert_array_equal(v, np.ones(3))      # the caller's direction does not
