@@ -25,10 +25,7 @@ def r(*shape):
     return rng.standard_normal(shape)
 
 
-@pytest.fixture(autouse=True)
-def debug_mode():
-    with mp.Config(debug_mode=True):
-        yield
+pytestmark = pytest.mark.usefixtures("debug_mode")  # rule outputs checked on every call
 
 
 C = pytest.param

@@ -23,10 +23,7 @@ mask34 = x34 > 0
 rows3 = np.array([True, False, True])
 
 
-@pytest.fixture(autouse=True)
-def debug_mode():
-    with mp.Config(debug_mode=True):
-        yield
+pytestmark = pytest.mark.usefixtures("debug_mode")  # rule outputs checked on every call
 
 
 def index(key):

@@ -78,12 +78,17 @@ def _hvp_by_differences(g, diff, v, h):
     return [(p - m) / (2 * h) for p, m in zip(plus, minus)]
 
 
+def _case_and_direction(name, seed):
+    """The case's function of its differentiated arguments, their values, a random direction."""
+    case = CASES[name]
+    rng = np.random.default_rng(seed)
+    g, diff = case.closure(XP, case.make_inputs(rng))
+    return g, diff, tuple(rng.standard_normal(np.shape(x)) for x in diff)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_hvp_matches_gradient_differences(name):
-    case = CASES[name]
-    rng = np.random.default_rng(3)
-    g, diff = case.closure(XP, case.make_inputs(rng))
-    v = tuple(rng.standard_normal(np.shape(x)) for x in diff)
+    g, diff, v = _case_and_direction(name, seed=3)
     hv = mp.hvp(g, argnums=tuple(range(len(diff))))(*diff, v)
     want_norm = np.sqrt(sum(np.sum(np.square(a)) for a in hv))
     errs = []
@@ -95,10 +100,7 @@ def test_case_hvp_matches_gradient_differences(name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_jvp_matches_finite_differences_and_the_gradient(name):
-    case = CASES[name]
-    rng = np.random.default_rng(4)
-    g, diff = case.closure(XP, case.make_inputs(rng))
-    v = tuple(rng.standard_normal(np.shape(x)) for x in diff)
+    g, diff, v = _case_and_direction(name, seed=4)
     y, dy = mp.jvp(g, tuple(diff), v)
     grads = mp.grad(g, argnums=tuple(range(len(diff))))(*diff)
     via_grad = sum(float(np.sum(gr * d)) for gr, d in zip(grads, v))
