@@ -22,3 +22,38 @@ from .forward_api import (jvp, jacobian, prepare_derivative_cache,  # noqa: E402
                           value_and_derivative)
 from .second_order import (hvp, hessian, prepare_hvp_cache, value_and_hvp,  # noqa: E402
                            prepare_hessian_cache, value_gradient_and_hessian)
+from .pytree import register_pytree_node, ravel_pytree  # noqa: E402
+from .operators import hessp, hessian_operator  # noqa: E402
+
+# The public API, what `from mooncake_py import *` and dir(mooncake_py) show. It is a literal
+# list because type checkers read it to know what the package re-exports (mypy --strict does
+# not re-export plain imports of a typed package). A new public function: import it above and
+# add its name here (tests/test_packaging.py checks that the two agree).
+__all__ = [
+    # differentiation
+    "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hvp", "hessian",
+    # SciPy-facing second order
+    "hessp", "hessian_operator",
+    # prepared caches
+    "prepare_gradient_cache", "value_and_gradient", "prepare_pullback_cache",
+    "value_and_pullback", "prepare_derivative_cache", "value_and_derivative",
+    "prepare_hvp_cache", "value_and_hvp", "prepare_hessian_cache", "value_gradient_and_hessian",
+    # containers
+    "register_pytree_node", "ravel_pytree",
+    # low level: tape and dual numbers
+    "Tape", "TrackedArray", "DualArray", "dual", "primal", "tangent",
+    # rules
+    "rrule", "frule", "defvjp", "primitive", "zero_derivative", "stop_gradient", "composite",
+    # configuration
+    "Config",
+    # errors
+    "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
+    "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
+    "MutationError", "RuleError", "TangentError", "MixedArrayModulesError",
+    # namespaces of wrapped SciPy functions
+    "special", "linalg",
+]
+
+
+def __dir__():
+    return __all__ + ["__version__"]

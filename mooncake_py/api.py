@@ -156,18 +156,26 @@ def _norm_argnums(argnums, nargs, f):
     return tuple(i % nargs for i in nums)
 
 
-def value_and_grad(f, argnums=0):
+def value_and_grad(f, argnums=0, has_aux=False):
     """``f``'s value and gradient with respect to the positional argument(s) ``argnums``.
 
     Arguments may be float arrays, Python floats, or nested tuples/lists/dicts of them; each
     gradient has its argument's structure and dtype (integer leaves inside containers are
     constants and get ``None``). ``f`` must return a real floating-point scalar.
 
+    With ``has_aux=True``, ``f`` returns ``(value, aux)``: only ``value`` is differentiated, and
+    the call returns ``((value, aux), gradient)`` (as JAX does), with every tracked value inside
+    ``aux`` unwrapped to a plain array.
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> v, g = mp.value_and_grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
         >>> float(v), g
         (5.0, array([2., 4.]))
+        >>> (v, aux), g = mp.value_and_grad(lambda x: (np.sum(x ** 2), x * 10),
+        ...                                 has_aux=True)(np.array([1.0, 2.0]))
+        >>> aux
+        array([10., 20.])
     """
     single = isinstance(argnums, int)
     what = f"the arguments of {_fname(f)}"
@@ -180,21 +188,37 @@ def value_and_grad(f, argnums=0):
         with gc_paused():
             tr = _Tracked(f, args, nums, tape)
             y = f(*tr.args, **kwargs)
+            if has_aux:
+                y, aux = split_aux(f, y)
             _check_scalar(f, y)
             grads = tr.structure(tape.gradient(y, tr.entry))
+        if has_aux:
+            return (_unwrap_out(y), plain(aux)), grads[0] if single else tuple(grads)
         return _unwrap_out(y), grads[0] if single else tuple(grads)
     return value_and_grad_f
 
 
-def grad(f, argnums=0):
+def grad(f, argnums=0, has_aux=False):
     """The gradient of a scalar function ``f``: ``mp.grad(f)(x)``. See :func:`value_and_grad`.
+
+    With ``has_aux=True``, ``f`` returns ``(value, aux)`` and the call returns
+    ``(gradient, aux)``.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> mp.grad(lambda x: np.sum(np.sin(x)))(np.zeros(2))
         array([1., 1.])
+        >>> mp.grad(lambda x: (np.sum(x ** 2), "note"), has_aux=True)(np.ones(2))
+        (array([2., 2.]), 'note')
     """
-    vg = value_and_grad(f, argnums)
+    vg = value_and_grad(f, argnums, has_aux)
+
+    if has_aux:
+        @functools.wraps(f)
+        def grad_aux_f(*args, **kwargs):
+            (_, aux), g = vg(*args, **kwargs)
+            return g, aux
+        return grad_aux_f
 
     @functools.wraps(f)
     def grad_f(*args, **kwargs):
@@ -202,12 +226,14 @@ def grad(f, argnums=0):
     return grad_f
 
 
-def vjp(f, *args, **kwargs):
+def vjp(f, *args, has_aux=False, **kwargs):
     """Run ``f(*args)`` recording it; return ``(y, pullback)`` with ``pullback(ȳ)`` giving one
     cotangent per argument (``None`` for non-float arguments), each shaped like its argument.
 
     ``y`` may be an array or a nested tuple/list/dict of arrays; ``ȳ`` mirrors it. The pullback
-    may be called several times.
+    may be called several times. With ``has_aux=True``, ``f`` returns ``(y, aux)``; only ``y``
+    is differentiated and the call returns ``(y, pullback, aux)``, with ``aux`` unwrapped to
+    plain arrays.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -219,6 +245,8 @@ def vjp(f, *args, **kwargs):
     nums = tuple(i for i in range(len(args)) if any(map(is_float_leaf, flatten(args[i])[0])))
     tr = _Tracked(f, args, nums, tape)
     y = f(*tr.args, **kwargs)
+    if has_aux:
+        y, aux = split_aux(f, y)
     outs, ytree = flatten(y)
 
     def pullback(ybar):
@@ -236,4 +264,26 @@ def vjp(f, *args, **kwargs):
         for (i, *_), c in zip(tr.slots, cots):
             full[i] = c
         return tuple(full)
+    if has_aux:
+        return ytree.unflatten([_unwrap_out(o) for o in outs]), pullback, plain(aux)
     return ytree.unflatten([_unwrap_out(o) for o in outs]), pullback
+
+
+def split_aux(f, out):
+    """``(value, aux)`` from the output of a function called with ``has_aux=True``."""
+    if type(out) is not tuple or len(out) != 2:
+        raise OutputTypeError(
+            f"has_aux=True needs {_fname(f)} to return a pair (value, aux); it returned "
+            f"{describe_arg(out)}. Return `value, aux` (a 2-tuple), or drop has_aux=True.")
+    return out
+
+
+def plain(tree):
+    """``tree`` with every tracked or dual leaf replaced by its plain primal value."""
+    leaves, treedef = flatten(tree)
+    out = []
+    for leaf in leaves:
+        while type(leaf) is TrackedArray or type(leaf) is DualArray:
+            leaf = leaf._value
+        out.append(leaf)
+    return treedef.unflatten(out)

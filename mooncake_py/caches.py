@@ -3,6 +3,20 @@
 A cache records ``f`` and the structure, shapes and dtypes of the arguments it was prepared
 with; every call checks them and raises :class:`PreparedCacheSpecError` saying what differs,
 so a cache can never silently serve a different problem.
+
+Every ``value_and_*`` function takes its arguments in one order: the cache, the function, the
+seed the operation needs, if any (``ybar`` for a pullback, ``v`` for an HVP, the tangents for
+a derivative), then ``f``'s own arguments::
+
+    value_and_gradient(cache, f, *args)
+    value_and_pullback(cache, f, ybar, *args)
+    value_and_hvp(cache, f, v, *args)
+    value_and_derivative(cache, f, tangents, *args)
+    value_gradient_and_hessian(cache, f, *args)
+
+The earlier forms ``value_and_pullback(cache, ybar, f, *args)`` and
+``value_and_derivative(cache, f, *(primal, tangent) pairs)`` keep working: the cache knows its
+function and its argument count, which tells the two forms apart.
 """
 import numpy as np
 
@@ -120,18 +134,22 @@ def prepare_pullback_cache(f, *args):
         >>> import numpy as np, mooncake_py as mp
         >>> f = lambda x: np.sin(x) * 2
         >>> c = mp.prepare_pullback_cache(f, np.zeros(2))
-        >>> y, (gx,) = mp.value_and_pullback(c, np.ones(2), f, np.zeros(2))
+        >>> y, (gx,) = mp.value_and_pullback(c, f, np.ones(2), np.zeros(2))
         >>> gx
         array([2., 2.])
     """
     return PullbackCache(f, args)
 
 
-def value_and_pullback(cache, ybar, f, *args):
+def value_and_pullback(cache, f, ybar, *args):
     """``(f(*args), cotangents)`` for output cotangent ``ybar``, one entry per argument.
 
     ``ybar`` must match the output's structure and shapes (checked), as must the arguments.
+    The earlier order ``value_and_pullback(cache, ybar, f, *args)`` is still accepted (told
+    apart by which of the two is the cache's function).
     """
+    if f is not cache.spec.f and ybar is cache.spec.f:
+        f, ybar = ybar, f
     cache.spec.check(f, args)
     seeds, stree = flatten(ybar)
     if stree != cache.out_tree or len(seeds) != len(cache.out_leaves) or any(

@@ -4,13 +4,13 @@ import functools
 import numpy as np
 
 from . import array_module as am
-from .api import is_float_leaf, vjp, _fname
+from .api import is_float_leaf, vjp, _fname, _norm_argnums, split_aux, plain
 from .array_ops import has_buffer
 from .config import current_config
 from .dual.dual_array import DualArray, Tag, _validate, _as_value
 from .errors import (NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
                      TangentError)
-from .pytree import flatten, leaf_paths
+from .pytree import flatten, leaf_paths, ravel_pytree
 from .caches import CacheSpec
 
 
@@ -77,7 +77,7 @@ def _result(o, tag):
     return o, None
 
 
-def jvp(f, primals, tangents, *, lanes=False):
+def jvp(f, primals, tangents, *, lanes=False, has_aux=False):
     """``(f(*primals), J·tangents)``: the value of ``f`` and its directional derivative.
 
     ``primals`` and ``tangents`` are tuples with one entry per positional argument of ``f``;
@@ -86,7 +86,8 @@ def jvp(f, primals, tangents, *, lanes=False):
     shape and dtype. With ``lanes=True`` each tangent carries k directions on a leading axis
     (shape ``(k,) + primal.shape``) and ``ẏ`` gets the same leading axis: k Jacobian-vector
     products in one forward sweep. The outputs may be nested containers too; non-float outputs
-    get tangent ``None``.
+    get tangent ``None``. With ``has_aux=True``, ``f`` returns ``(y, aux)``; only ``y`` is
+    differentiated and the call returns ``(y, ẏ, aux)``, ``aux`` unwrapped to plain arrays.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -100,8 +101,13 @@ def jvp(f, primals, tangents, *, lanes=False):
     """
     tag, args = _seed(f, primals, tangents, lanes)
     y = f(*args)
+    if has_aux:
+        y, aux = split_aux(f, y)
     outs, tree = flatten(y)
     pairs = [_result(o, tag) for o in outs]
+    if has_aux:
+        return (tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs]),
+                plain(aux))
     return tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs])
 
 
@@ -131,7 +137,7 @@ def prepare_derivative_cache(f, *args, lanes=None):
         >>> import numpy as np, mooncake_py as mp
         >>> f = lambda x: np.sum(np.tanh(x))
         >>> c = mp.prepare_derivative_cache(f, np.zeros(3))
-        >>> y, dy = mp.value_and_derivative(c, f, (np.zeros(3), np.ones(3)))
+        >>> y, dy = mp.value_and_derivative(c, f, np.ones(3), np.zeros(3))   # tangent, then x
         >>> float(dy)
         3.0
     """
@@ -154,51 +160,91 @@ def _zero_tangent(a, k):
     return tree.unflatten(out)
 
 
-def value_and_derivative(cache, f, *pairs):
-    """``(y, ẏ)`` for ``f`` at ``(primal, tangent)`` pairs, one per positional argument.
+def value_and_derivative(cache, f, *tangents_and_args):
+    """``(y, ẏ)``: ``value_and_derivative(cache, f, tangents, *args)``.
+
+    ``tangents`` is, like ``v`` of :func:`~mooncake_py.value_and_hvp`, the direction of the one
+    argument, or with several arguments a tuple with one tangent (or None) per argument. The
+    earlier form ``value_and_derivative(cache, f, *(primal, tangent) pairs)`` is still accepted
+    (it has one item per argument, the new form one more).
 
     Checks on every call that ``f`` is the function the cache was prepared for and that each
     primal has the recorded structure, shape and dtype; raises
     :class:`~mooncake_py.errors.PreparedCacheSpecError` saying what differs. See
     :func:`prepare_derivative_cache` for an example.
     """
+    n = len(cache.spec.trees)
+    if len(tangents_and_args) == n + 1:
+        t, *primals = tangents_and_args
+        if n == 1:
+            tangents = [t]
+        elif isinstance(t, (tuple, list)) and len(t) == n:
+            tangents = list(t)
+        else:
+            raise TangentError(
+                f"value_and_derivative of {_fname(f)}: with {n} arguments the tangents must be "
+                f"a tuple of {n} (None for a constant argument); got {type(t).__name__}.")
+        cache.spec.check(f, primals)
+        if cache.lanes:
+            _check_lanes(cache, f, tangents)
+        return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+    pairs = tangents_and_args
     primals, tangents = [], []
     for i, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise TypeError(f"value_and_derivative takes one (primal, tangent) pair per argument; "
-                            f"argument {i} is a {type(pair).__name__}.")
+            raise TypeError(
+                f"value_and_derivative takes (cache, f, tangents, *args), or the earlier form "
+                f"with one (primal, tangent) pair per argument; item {i} after f is a "
+                f"{type(pair).__name__}.")
         primals.append(pair[0])
         tangents.append(pair[1])
     cache.spec.check(f, primals)
     if cache.lanes:
-        k = _lane_count(tangents)
-        if k != cache.lanes:
-            raise PreparedCacheSpecError(
-                f"value_and_derivative: the tangents carry {k} lanes; the cache for {_fname(f)} "
-                f"was prepared with lanes={cache.lanes}.")
+        _check_lanes(cache, f, tangents)
     return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+
+
+def _check_lanes(cache, f, tangents):
+    k = _lane_count(tangents)
+    if k != cache.lanes:
+        raise PreparedCacheSpecError(
+            f"value_and_derivative: the tangents carry {k} lanes; the cache for {_fname(f)} "
+            f"was prepared with lanes={cache.lanes}.")
 
 
 # --- jacobian ---------------------------------------------------------------------------------
 def jacobian(f, mode="auto", chunk_size=None, argnums=0):
-    """The Jacobian of ``f`` with respect to its argument ``argnums`` (one float array or float).
+    """The Jacobian of ``f`` with respect to its argument(s) ``argnums``.
 
     ``mp.jacobian(f)(x)`` has shape ``y.shape + x.shape``. ``mode="forward"`` pushes the basis
     directions through ``f`` in lanes, ``chunk_size`` of them per sweep (default: the
     ``Config.chunk_size`` in force, else 32); ``mode="reverse"`` records ``f`` once and pulls
     back each output basis vector; ``"auto"`` picks forward when x has no more elements than y.
 
+    Inputs and outputs may be containers (tuples, lists, dicts, dataclasses, registered
+    classes), and ``argnums`` may be a tuple. The result nests like JAX's: the output's
+    structure outside, and for each float output leaf ``yₒ`` the differentiated argument's
+    structure inside (a tuple over ``argnums`` when it is a tuple), each block of shape
+    ``yₒ.shape + xₗ.shape``; non-float leaves get ``None``.
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> mp.jacobian(lambda x: x[:2] * x[1:], mode="forward")(np.array([1.0, 2.0, 3.0]))
         array([[2., 1., 0.],
                [0., 3., 2.]])
+        >>> Jx, Jw = mp.jacobian(lambda x, w: x * w, argnums=(0, 1))(np.ones(2), 3.0)
+        >>> Jx, Jw
+        (array([[3., 0.],
+               [0., 3.]]), array([1., 1.]))
     """
     if mode not in ("auto", "forward", "reverse"):
         raise ValueError(f"jacobian: mode must be 'auto', 'forward' or 'reverse', not {mode!r}.")
 
     @functools.wraps(f)
     def jacobian_f(*args):
+        if not isinstance(argnums, int) or not is_float_leaf(args[argnums % len(args)] if args
+                                                             else None):
+            return _jacobian_tree(f, args, argnums, mode, chunk_size)
         i = argnums % len(args) if args else 0
         x = args[i]
         if not is_float_leaf(x):
@@ -216,6 +262,62 @@ def jacobian(f, mode="auto", chunk_size=None, argnums=0):
             m = "forward" if np.size(x) <= np.size(y) else "reverse"
         return _jac_forward(f, fx, x, chunk_size) if m == "forward" else _jac_reverse(f, fx, x)
     return jacobian_f
+
+
+def _jacobian_tree(f, args, argnums, mode, chunk_size):
+    """The Jacobian for container arguments/outputs or several ``argnums``: the differentiated
+    float leaves are raveled into one vector, the float outputs into another, and the flat
+    Jacobian is cut into blocks in the containers' structures."""
+    nums = _norm_argnums(argnums, len(args), f)
+    flat, unravel = ravel_pytree(tuple(args[i] for i in nums))
+    if flat.size == 0:
+        raise NonDifferentiableInputError(
+            f"jacobian of {_fname(f)}: argument(s) {argnums!r} hold no floating-point leaf to "
+            "differentiate; make them float arrays or floats (x.astype(float), 2.0 not 2).")
+
+    def call(v):
+        full = list(args)
+        for i, part in zip(nums, unravel(v)):
+            full[i] = part
+        return f(*full)
+    outs, ytree = flatten(call(flat))
+    floats = [j for j, o in enumerate(outs) if is_float_leaf(o)]
+    if not floats:
+        raise OutputTypeError(
+            f"jacobian needs {_fname(f)} to return floating-point arrays (or containers of "
+            f"them); it returned {ytree!r} with no float leaf.")
+
+    def g(v):
+        o = flatten(call(v))[0]
+        if len(floats) == 1:
+            return np.ravel(o[floats[0]])
+        return np.concatenate([np.ravel(o[j]) for j in floats])
+    m = sum(int(np.size(outs[j])) for j in floats)
+    if mode == "forward" or (mode == "auto" and flat.size <= m):
+        J = _jac_forward(f, g, flat, chunk_size)
+    else:
+        J = _jac_reverse(f, g, flat)
+    cols, c = [], 0  # per argument: (treedef, [(shape, start) or None per leaf])
+    for i in nums:
+        leaves, tree = flatten(args[i])
+        spans = []
+        for leaf in leaves:
+            if is_float_leaf(leaf):
+                spans.append((tuple(np.shape(leaf)), c))
+                c += int(np.size(leaf))
+            else:
+                spans.append(None)
+        cols.append((tree, spans))
+    result, r = [None] * len(outs), 0
+    for j in floats:
+        yshape = tuple(np.shape(outs[j]))
+        rows = J[r:r + int(np.size(outs[j]))]
+        r += rows.shape[0]
+        per_arg = [tree.unflatten([None if s is None else
+                                   rows[:, s[1]:s[1] + int(np.prod(s[0]))].reshape(yshape + s[0])
+                                   for s in spans]) for tree, spans in cols]
+        result[j] = per_arg[0] if isinstance(argnums, int) else tuple(per_arg)
+    return ytree.unflatten(result)
 
 
 def _check_output(f, y):

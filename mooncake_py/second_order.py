@@ -25,13 +25,16 @@ DEFAULT_CHUNK = 128
 _MEMORY_BUDGET = 1 << 28  # bytes for the k-lane tangent of the inputs (the tape holds a multiple)
 
 
-def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs):
-    """(value, gradients, Hv) with gradients/Hv per argument in ``nums`` (tuples)."""
+def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False):
+    """(value, gradients, Hv) with gradients/Hv per argument in ``nums`` (tuples); with
+    ``has_aux`` the value is ``(value, aux)``."""
     tangents = [None] * len(args)
     for i, v in zip(nums, vs):
         tangents[i] = v
     tag, dargs = _seed(f, tuple(args), tuple(tangents), lanes)
-    y, grads = value_and_grad(f, argnums=nums)(*dargs, **kwargs)
+    y, grads = value_and_grad(f, argnums=nums, has_aux=has_aux)(*dargs, **kwargs)
+    if has_aux:
+        y, aux = y
     value = _result(y, tag)[0] if is_float_leaf(y) else y
     gs, hvs = [], []
     for g in grads:
@@ -39,6 +42,8 @@ def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs):
         pairs = [(None, None) if leaf is None else _result(leaf, tag) for leaf in leaves]
         gs.append(tree.unflatten([p for p, _ in pairs]))
         hvs.append(tree.unflatten([t for _, t in pairs]))
+    if has_aux:
+        return (value, aux), tuple(gs), tuple(hvs)
     return value, tuple(gs), tuple(hvs)
 
 
@@ -52,13 +57,17 @@ def _split_v(f, argnums, v):
     return tuple(v)
 
 
-def hvp(f, argnums=0, lanes=False):
+def hvp(f, argnums=0, lanes=False, has_aux=False):
     """Hessian-vector product by forward-over-reverse: ``mp.hvp(f)(*args, v)``.
 
     ``v`` (the last positional argument) is a direction shaped like the differentiated argument,
     or, for a tuple ``argnums``, a tuple of directions; the result mirrors it:
     ``Σⱼ ∂²f/∂xₖ∂xⱼ · vⱼ`` for each differentiated argument ``xₖ``. With ``lanes=True``, ``v``
-    carries k directions on a leading axis and k products come back in one sweep.
+    carries k directions on a leading axis and k products come back in one sweep. With
+    ``has_aux=True``, ``f`` returns ``(value, aux)`` and the call returns ``(Hv, aux)``.
+
+    The direction comes last; SciPy's ``minimize(..., hessp=)`` calls ``hessp(x, p, *args)``,
+    so pass it :func:`mooncake_py.hessp` (or :func:`mooncake_py.hessian_operator`) instead.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -70,8 +79,19 @@ def hvp(f, argnums=0, lanes=False):
     def hvp_f(*args_and_v, **kwargs):
         *args, v = args_and_v
         nums = _norm_argnums(argnums, len(args), f)
-        _, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v), lanes, kwargs)
-        return hv[0] if isinstance(argnums, int) else hv
+        try:
+            value, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v), lanes,
+                                               kwargs, has_aux)
+        except TangentError as e:
+            if len(args) < 2:
+                raise
+            raise TangentError(
+                f"{e} Note: mp.hvp(f)(*args, v) takes the direction v as the LAST positional "
+                f"argument (here a {type(v).__name__}). SciPy's minimize(..., hessp=) calls "
+                "hessp(x, p, *args) with the direction second: pass hessp=mp.hessp(f) "
+                "instead.") from None
+        hv = hv[0] if isinstance(argnums, int) else hv
+        return (hv, value[1]) if has_aux else hv
     return hvp_f
 
 
@@ -154,6 +174,11 @@ def hessian(f, argnums=0, chunk_size=None):
     ``args[i].shape + args[j].shape`` (a container argument counts as its float leaves
     flattened). ``chunk_size`` (default: ``Config.chunk_size``, else up to 128 directions within a
     memory budget) sets how many basis directions ride as lanes of one sweep.
+
+    For a container argument (dict of parameters, dataclass, ...) the Hessian is ``(N, N)`` over
+    its N float entries, in the order of ``flat, unravel = mp.ravel_pytree(arg)``:
+    ``H @ flat_direction`` is then a flat vector and ``unravel(H @ d)`` puts it back into the
+    container's structure; ``unravel(H[:, j])`` is column j as a container.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
