@@ -1,0 +1,31 @@
+"""Differentiable mirror of ``scipy.stats``: a port changes one import.
+
+``from scipy import stats`` becomes ``from mooncake_py.scipy import stats``. On plain arrays
+every call goes straight to SciPy. On tracked or dual values (inside ``mp.grad``, ``mp.jvp``,
+``mp.hvp``, ...) ``logpdf``/``pdf``/``logcdf``/``cdf`` (``logpmf``/``pmf`` for discrete
+distributions) are computed by compositions of ruled ``np.``/scipy.special calls that follow
+SciPy's own formulas, so values agree with SciPy's and gradients, HVPs and Hessians flow in the
+variate and every parameter. Out-of-support values give -inf (log-density) or 0 like SciPy,
+invalid parameters nan. Frozen distributions (``stats.norm(loc, scale)``) work too.
+
+Derivatives with no practical closed form raise MissingRuleError naming the function and the
+parameter: ``gamma.cdf`` in ``a``, ``beta.cdf`` in ``a``/``b``, ``t.cdf`` in ``df``,
+``binom.cdf`` in ``n``. Other methods (``rvs``, ``ppf``, ``sf``, ``mean``, ...) forward to SciPy
+on plain arrays and raise MissingRuleError on tracked ones. See docs/scipy_stats.md.
+
+Example:
+    >>> import numpy as np, mooncake_py as mp
+    >>> from mooncake_py.scipy import stats
+    >>> data = np.array([0.5, 1.5, 2.0])
+    >>> nll = lambda mu: -np.sum(stats.norm.logpdf(data, loc=mu, scale=1.0))
+    >>> float(mp.grad(nll)(1.0))          # -Σ (x - mu)
+    -1.0
+    >>> float(mp.hvp(nll)(1.0, 1.0))      # n / scale²
+    3.0
+"""
+from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, uniform, expon,
+                          poisson, binom, bernoulli)
+from ._multivariate import multivariate_normal, multivariate_t, dirichlet
+
+__all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
+           "poisson", "binom", "bernoulli", "multivariate_normal", "multivariate_t", "dirichlet"]

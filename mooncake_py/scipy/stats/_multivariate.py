@@ -1,0 +1,279 @@
+"""Multivariate distributions of the stats mirror: multivariate_normal, multivariate_t and
+dirichlet, with SciPy's signatures, parameter handling and output squeezing.
+
+A dense covariance (or shape matrix) is factored by Cholesky (``np.linalg.cholesky`` and
+``mp.linalg.solve_triangular`` have rules), so the log-density is differentiable in the
+variate, the mean and every entry of the covariance, to second order. Scalar and 1-D (diagonal)
+covariances never build a matrix.
+"""
+import numpy as np
+import scipy.special as sc
+
+from ._base import Distribution, Frozen, tracked, arr, no_rule, LOG_2PI, LOG_PI
+from ...errors import MissingRuleError
+from ...linalg import solve_triangular
+from ...rules.broadcasting import shape_of
+from ...rules.registry import stop_gradient
+
+_NOT_PD = "When `allow_singular is False`, the input matrix must be symmetric positive definite."
+
+
+def _plain(v):
+    return np.asarray(stop_gradient(v))
+
+
+def _size(v):
+    return int(np.prod(shape_of(v), dtype=int))
+
+
+def _params(center, cov, center_name, cov_name):
+    """SciPy's ``_process_parameters``: (dim, center, cov), cov kept scalar, 1-D or 2-D."""
+    cov = arr(cov)
+    if center is None:
+        dim = 1 if len(shape_of(cov)) < 2 else shape_of(cov)[0]
+        center = 0.0
+    else:
+        center = arr(center)
+        dim = _size(center)
+    if dim == 1:
+        if center is not None and not isinstance(center, float):
+            center = np.reshape(center, (1,))
+        if _size(cov) != 1:
+            raise ValueError(f"Array '{cov_name}' must be a scalar, a vector of length 1 or a "
+                             f"1 x 1 matrix when the dimension is 1; it has shape "
+                             f"{shape_of(cov)}.")
+        cov = np.reshape(cov, ())
+    if not isinstance(center, float) and shape_of(center) != (dim,):
+        raise ValueError(f"Array '{center_name}' must be a vector of length {dim}.")
+    cs = shape_of(cov)
+    if len(cs) > 2 or (len(cs) == 1 and cs != (dim,)) or (len(cs) == 2 and cs != (dim, dim)):
+        raise ValueError(f"Array '{cov_name}' must be a scalar, a vector of length {dim} or a "
+                         f"{dim} x {dim} matrix; it has shape {cs}.")
+    return dim, center, cov
+
+
+def _quantiles(x, dim):
+    x = arr(x)
+    nd = len(shape_of(x))
+    if nd == 0:
+        return np.reshape(x, (1,))
+    if nd == 1:
+        return np.reshape(x, (-1, 1) if dim == 1 else (1, -1))
+    return x
+
+
+def _maha_logdet(dev, cov, dim, allow_singular, public):
+    """(Σ devᵀ cov⁻¹ dev over the last axis, log det cov), cov scalar, diagonal or dense."""
+    nd = len(shape_of(cov))
+    if nd < 2:
+        if np.any(_plain(cov) <= 0):
+            _singular(allow_singular, public)
+        if nd == 0:
+            return np.sum(dev * dev, axis=-1) / cov, dim * np.log(cov)
+        return np.sum(dev * dev / cov, axis=-1), np.sum(np.log(cov))
+    try:
+        L = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError as e:
+        _singular(allow_singular, public, e)
+    lead = shape_of(dev)[:-1]
+    z = solve_triangular(L, np.transpose(np.reshape(dev, (-1, dim))), lower=True)
+    maha = np.reshape(np.sum(z * z, axis=0), lead)
+    return maha, 2.0 * np.sum(np.log(np.diagonal(L)))
+
+
+def _singular(allow_singular, public, cause=None):
+    if allow_singular:
+        raise MissingRuleError(
+            f"mooncake_py.scipy.stats.{public} on tracked values needs a positive definite "
+            f"covariance: it factors it by Cholesky, and the pseudo-determinant of a singular "
+            f"one (allow_singular=True) has no rule. Add a small jitter to the diagonal, or "
+            f"call it on plain arrays (SciPy's own).") from cause
+    raise np.linalg.LinAlgError(
+        f"{_NOT_PD} (mooncake_py.scipy.stats.{public}, differentiable path: the Cholesky "
+        f"factorisation failed.)") from cause
+
+
+def _squeeze(out):
+    return np.squeeze(out)
+
+
+class _MultivariateFrozen(Frozen):
+    """A frozen multivariate distribution: each method receives the keywords it accepts."""
+
+    def __init__(self, dist, kwds, seed):
+        super().__init__(dist, (), kwds)
+        self.seed = seed
+
+    def _method(self, attr):
+        import inspect
+        fn = getattr(self.dist, attr)
+        names = inspect.signature(fn).parameters
+        kw = {k: v for k, v in self.kwds.items() if k in names}
+        return lambda x, **more: fn(x, **kw, **more)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") or attr in ("dist", "args", "kwds", "seed"):
+            raise AttributeError(attr)
+        if not attr.startswith("_") and callable(getattr(type(self.dist), attr, None)):
+            return self._method(attr)
+        if tracked(self.kwds):
+            raise no_rule(f"{self.dist.name}(...)", attr)
+        return getattr(self.dist.scipy(**self.kwds, seed=self.seed), attr)
+
+
+class multivariate_normal_gen(Distribution):
+    """Multivariate normal, ``multivariate_normal.logpdf(x, mean=None, cov=1,
+    allow_singular=False)``: differentiable in ``x``, ``mean`` and ``cov`` (scalar, diagonal
+    vector or full matrix, factored by Cholesky). ``cdf``/``logcdf`` (numerical integration)
+    work on plain arrays only.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.scipy import stats
+        >>> C = np.array([[2.0, 0.5], [0.5, 1.0]])
+        >>> g = mp.grad(lambda m: stats.multivariate_normal.logpdf(np.zeros(2), m, C))(np.ones(2))
+        >>> bool(np.allclose(g, -np.linalg.solve(C, np.ones(2))))
+        True
+    """
+
+    def __call__(self, mean=None, cov=1, allow_singular=False, seed=None):
+        return _MultivariateFrozen(self, dict(mean=mean, cov=cov, allow_singular=allow_singular),
+                                   seed)
+
+    def logpdf(self, x, mean=None, cov=1, allow_singular=False):
+        """Log-density at ``x`` (last axis: the dimension); SciPy's signature."""
+        if not tracked(x, mean, cov):
+            return self.scipy.logpdf(x, mean, cov, allow_singular)
+        dim, mean, cov = _params(mean, cov, "mean", "cov")
+        x = _quantiles(x, dim)
+        maha, logdet = _maha_logdet(x - mean, cov, dim, allow_singular,
+                                    "multivariate_normal.logpdf")
+        return _squeeze(-0.5 * (dim * LOG_2PI + logdet + maha))
+
+    def pdf(self, x, mean=None, cov=1, allow_singular=False):
+        """Density at ``x``; SciPy's signature."""
+        if not tracked(x, mean, cov):
+            return self.scipy.pdf(x, mean, cov, allow_singular)
+        return np.exp(self.logpdf(x, mean, cov, allow_singular))
+
+
+class multivariate_t_gen(Distribution):
+    """Multivariate t, ``multivariate_t.logpdf(x, loc=None, shape=1, df=1)``: differentiable
+    in ``x``, ``loc``, ``shape`` and ``df`` (``df=np.inf`` is the normal, as in SciPy).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.scipy import stats
+        >>> f = lambda df: stats.multivariate_t.logpdf([0.4, 5.0], [0.0, 1.0], np.eye(2), df)
+        >>> bool(np.isclose(mp.grad(f)(7.0), (f(7 + 1e-6) - f(7 - 1e-6)) / 2e-6))
+        True
+    """
+
+    def __call__(self, loc=None, shape=1, df=1, allow_singular=False, seed=None):
+        return _MultivariateFrozen(self, dict(loc=loc, shape=shape, df=df,
+                                              allow_singular=allow_singular), seed)
+
+    def _logpdf(self, x, loc, shape, df, allow_singular):
+        if loc is None and shape is None:
+            loc, shape = 0.0, 1.0
+        elif shape is None:
+            shape = np.eye(_size(arr(loc)))
+        dim, loc, shape = _params(loc, shape, "loc", "shape")
+        if df is None:
+            df = 1
+        dfp = _plain(df)
+        if dfp.ndim or dfp <= 0 or np.isnan(dfp):
+            raise ValueError("'df' must be a scalar greater than zero (or np.inf); got "
+                             f"{dfp!r}.")
+        x = _quantiles(x, dim)
+        maha, logdet = _maha_logdet(x - loc, shape, dim, allow_singular,
+                                    "multivariate_t.logpdf")
+        if np.isinf(dfp):
+            return _squeeze(-0.5 * (dim * LOG_2PI + logdet + maha))
+        half = 0.5 * (df + dim)
+        out = (sc.gammaln(half) - sc.gammaln(0.5 * df) - dim / 2.0 * (np.log(df) + LOG_PI)
+               - 0.5 * logdet - half * np.log1p(maha / df))
+        return _squeeze(out)
+
+    def logpdf(self, x, loc=None, shape=1, df=1):
+        """Log-density at ``x``; SciPy's signature."""
+        if not tracked(x, loc, shape, df):
+            return self.scipy.logpdf(x, loc, shape, df)
+        return self._logpdf(x, loc, shape, df, False)
+
+    def pdf(self, x, loc=None, shape=1, df=1, allow_singular=False):
+        """Density at ``x``; SciPy's signature."""
+        if not tracked(x, loc, shape, df):
+            return self.scipy.pdf(x, loc, shape, df, allow_singular)
+        return np.exp(self._logpdf(x, loc, shape, df, allow_singular))
+
+
+class dirichlet_gen(Distribution):
+    """Dirichlet, ``dirichlet.logpdf(x, alpha)`` with SciPy's convention: the components of
+    ``x`` run along its *first* axis (``x`` is ``(K,)`` or ``(K, n)``, or has ``K - 1``
+    components and the last is ``1 - sum``). Differentiable in ``x`` and ``alpha``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.scipy import stats
+        >>> x = np.array([0.2, 0.3, 0.5])
+        >>> g = mp.grad(lambda a: stats.dirichlet.logpdf(x, a))(np.ones(3))
+        >>> bool(np.allclose(g, np.log(x) + 1.5))   # log x - digamma(1) + digamma(3)
+        True
+    """
+
+    def __call__(self, alpha, seed=None):
+        return _MultivariateFrozen(self, dict(alpha=alpha), seed)
+
+    def _logpdf(self, x, alpha):
+        alpha, x = arr(alpha), arr(x)
+        a = _plain(alpha)
+        if np.min(a) <= 0:
+            raise ValueError("All parameters must be greater than 0")
+        if a.ndim != 1:
+            raise ValueError("Parameter vector 'a' must be one dimensional, "
+                             f"but a.shape = {a.shape}.")
+        xs = shape_of(x)
+        K = a.shape[0]
+        if xs[0] + 1 != K and xs[0] != K:
+            raise ValueError("Vector 'x' must have either the same number of entries as, or "
+                             f"one entry fewer than, parameter vector 'a', but alpha.shape = "
+                             f"{a.shape} and x.shape = {xs}.")
+        if xs[0] != K:
+            if len(xs) > 2:
+                raise ValueError("The input must be one dimensional or a two dimensional "
+                                 "matrix containing the entries.")
+            last = 1 - np.sum(x, axis=0)
+            x = np.concatenate([x, np.reshape(last, (1,) + xs[1:])])
+        xp = _plain(x)
+        if np.min(xp) < 0:
+            raise ValueError("Each entry in 'x' must be greater than or equal to zero.")
+        if np.max(xp) > 1:
+            raise ValueError("Each entry in 'x' must be smaller or equal one.")
+        alow = np.reshape(a < 1, (K,) + (1,) * (xp.ndim - 1))
+        if np.any((xp == 0) & alow):
+            raise ValueError("Each entry in 'x' must be greater than zero if its alpha is "
+                             "less than one.")
+        if (np.abs(np.sum(xp, 0) - 1.0) > 10e-10).any():
+            raise ValueError("The input vector 'x' must lie within the normal simplex. but "
+                             f"np.sum(x, 0) = {np.sum(xp, 0)}.")
+        lnb = np.sum(sc.gammaln(alpha)) - sc.gammaln(np.sum(alpha))
+        am1 = np.reshape(alpha - 1, (K,) + (1,) * (len(shape_of(x)) - 1))
+        return _squeeze(-lnb + np.sum(sc.xlogy(am1, x), axis=0))
+
+    def logpdf(self, x, alpha):
+        """Log-density at ``x``; SciPy's signature and axis convention."""
+        if not tracked(x, alpha):
+            return self.scipy.logpdf(x, alpha)
+        return self._logpdf(x, alpha)
+
+    def pdf(self, x, alpha):
+        """Density at ``x``; SciPy's signature and axis convention."""
+        if not tracked(x, alpha):
+            return self.scipy.pdf(x, alpha)
+        return np.exp(self._logpdf(x, alpha))
+
+
+multivariate_normal = multivariate_normal_gen("multivariate_normal")
+multivariate_t = multivariate_t_gen("multivariate_t")
+dirichlet = dirichlet_gen("dirichlet")

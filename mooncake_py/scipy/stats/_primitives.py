@@ -1,0 +1,133 @@
+"""Private elementwise primitives behind the stats mirror: scipy.special functions that have no
+rule in the derivative table, each with the derivatives that have a practical closed form.
+
+Their values come from scipy.special (so they equal SciPy's to the last bit); their derivatives
+are written with ruled ``np.``/scipy.special calls, so the pullbacks run on dual numbers and
+second order works. A derivative with no practical closed form (the incomplete gamma/beta
+functions in their shape parameters, Student's t CDF in ``df``) raises MissingRuleError naming
+the public function and the parameter, at record time, rather than returning a wrong number.
+"""
+import numpy as np
+import scipy.special as sc
+
+from ...errors import MissingRuleError
+from ...rules.registry import primitive, rrule, frule
+from ...rules.broadcasting import shape_of, unbroadcast
+
+
+def _refuse(public, param, why):
+    return MissingRuleError(
+        f"mooncake_py.scipy.stats.{public} has no derivative with respect to `{param}`: {why} "
+        f"Its derivative in the other arguments works. If `{param}` is a constant here, pass it "
+        f"as a plain array (or wrap it in mp.stop_gradient); otherwise this function cannot be "
+        f"differentiated in `{param}` yet.")
+
+
+def _elementwise(value, derivs):
+    """A primitive ``value(*args)`` whose partial derivative in argument ``i`` is
+    ``derivs[i](*args)`` (``np.`` calls), or, where ``derivs[i]`` is a ``(public, param, why)``
+    tuple, a refusal with MissingRuleError."""
+    prim = primitive(value)
+
+    def check(wanted):
+        for i, w in enumerate(wanted):
+            if w and not callable(derivs[i]):
+                raise _refuse(*derivs[i])
+
+    @rrule(prim, needs=True)
+    def _(needs, *args):
+        check(needs)
+        y = prim(*args)
+
+        def pullback(g):
+            return tuple(unbroadcast(g * derivs[i](*args), shape_of(a)) if n else None
+                         for i, (n, a) in enumerate(zip(needs, args)))
+        return y, pullback
+
+    @frule(prim)
+    def _(primals, tangents):
+        check([t is not None for t in tangents])
+        y = prim(*primals)
+        dy = None
+        for i, t in enumerate(tangents):
+            if t is not None:
+                term = derivs[i](*primals) * t
+                dy = term if dy is None else dy + term
+        return y, None if dy is None else np.broadcast_to(dy, shape_of(y))
+    return prim
+
+
+def _digamma_diff(a, b):
+    return sc.digamma(a) - sc.digamma(a + b)
+
+
+# log B(a, b): scipy's betaln keeps its precision for large a and b, where the difference of
+# three gammaln values would cancel.
+betaln = _elementwise(lambda a, b: sc.betaln(a, b),
+                      (lambda a, b: _digamma_diff(a, b), lambda a, b: _digamma_diff(b, a)))
+
+# log poch(df/2, 1/2) = log Γ((df+1)/2) - log Γ(df/2), as scipy's t.logpdf computes it (accurate
+# for large df, where the gammaln difference cancels).
+log_poch_half = _elementwise(lambda h: np.log(sc.poch(h, 0.5)),
+                             (lambda h: sc.digamma(h + 0.5) - sc.digamma(h),))
+
+
+def xlog1py(a, b):
+    """``a * log1p(b)`` with 0 where ``a == 0`` (scipy.special.xlog1py), from ruled calls."""
+    # log1p(-1) = -inf would make 0·(-inf) = nan and poison the derivative: move b off -1
+    # where a == 0 (the product is 0 there whatever b is).
+    off = (a == 0) & (b == -1)
+    if np.any(off):
+        b = np.where(off, 0.0, b)
+    return a * np.log1p(b)
+
+
+def _gamma_density(a, x):
+    return np.exp(sc.xlogy(a - 1.0, x) - x - sc.gammaln(a))
+
+
+_INCOMPLETE = "the derivative of the regularized incomplete {} function in its shape parameter " \
+              "has no practical closed form."
+
+# P(a, x) = gammainc(a, x): ∂/∂x is the gamma density.
+gammainc = _elementwise(lambda a, x: sc.gammainc(a, x),
+                        (("gamma.cdf", "a", _INCOMPLETE.format("gamma")),
+                         lambda a, x: _gamma_density(a, x)))
+
+
+def _beta_density(a, b, x):
+    return np.exp(sc.xlogy(a - 1.0, x) + xlog1py(b - 1.0, -x) - betaln(a, b))
+
+
+# I_x(a, b) = betainc(a, b, x): ∂/∂x is the beta density.
+betainc = _elementwise(lambda a, b, x: sc.betainc(a, b, x),
+                       (("beta.cdf", "a", _INCOMPLETE.format("beta")),
+                        ("beta.cdf", "b", _INCOMPLETE.format("beta")),
+                        lambda a, b, x: _beta_density(a, b, x)))
+
+
+def t_logpdf_std(x, df):
+    """Standard Student t log-density, as scipy's t._logpdf writes it for finite df."""
+    return (log_poch_half(0.5 * df) - 0.5 * (np.log(df) + float(np.log(np.pi)))
+            - (df + 1) / 2 * np.log1p(x * x / df))
+
+
+# Student's t CDF: ∂/∂x is the t density.
+stdtr = _elementwise(lambda df, x: sc.stdtr(df, x),
+                     (("t.cdf", "df", "the derivative of Student's t CDF in df has no "
+                                      "practical closed form."),
+                      lambda df, x: np.exp(t_logpdf_std(x, df))))
+
+# Poisson CDF Q(k+1, mu) at integer k: ∂/∂mu = -pmf(k; mu). k is a constant (a count).
+pdtr = _elementwise(lambda k, mu: sc.pdtr(k, mu),
+                    (("poisson.cdf", "k", "the CDF of a discrete distribution is piecewise "
+                                          "constant in k."),
+                     lambda k, mu: -np.exp(sc.xlogy(k, mu) - mu - sc.gammaln(k + 1.0))))
+
+# Binomial CDF I_{1-p}(n-k, k+1) at integer k < n: ∂/∂p = -(n-k)·C(n,k)·p^k·(1-p)^(n-k-1).
+bdtr = _elementwise(lambda k, n, p: sc.bdtr(k, n, p),
+                    (("binom.cdf", "k", "the CDF of a discrete distribution is piecewise "
+                                        "constant in k."),
+                     ("binom.cdf", "n", "n is a count (integer-valued)."),
+                     lambda k, n, p: -np.exp(sc.xlogy(k, p) + xlog1py(n - k - 1.0, -p)
+                                             - betaln(n - k, k + 1.0))))
