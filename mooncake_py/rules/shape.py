@@ -138,7 +138,7 @@ def _like_input(g, a):
     """``g`` cast to the float dtype of input ``a`` where a mixed-dtype join promoted it."""
     dt, gdt = getattr(a, "dtype", None), getattr(g, "dtype", None)
     if dt is not None and gdt is not None and dt != gdt and dt.kind == "f":
-        return astype(g, dt)
+        return astype(np.real(g) if gdt.kind == "c" else g, dt)  # real input, complex join
     return g
 
 
@@ -833,3 +833,35 @@ def _block(arrays):
             return np.reshape(x, (1,) * (nd - len(shape_of(x))) + tuple(shape_of(x)))
         return np.concatenate([join(e, level + 1) for e in x], axis=level - d)
     return join(arrays, 0)
+
+
+# --- by composition: axis functions defined through transpose/swapaxes -------------------------
+@composite(np.rollaxis)
+def _rollaxis(a, axis, start=0):
+    """np.rollaxis as the transpose NumPy performs."""
+    nd = len(shape_of(a))
+    axis = _normalize_axis(axis, nd)
+    start = start + nd if start < 0 else start
+    if not 0 <= start < nd + 1:
+        raise np.exceptions.AxisError(
+            f"'start' arg requires {-nd} <= start < {nd + 1}, but {start} was passed in")
+    if axis < start:
+        start -= 1
+    axes = [i for i in range(nd) if i != axis]
+    axes.insert(start, axis)
+    return np.transpose(a, axes)
+
+
+def _normalize_axis(axis, nd):
+    if not -nd <= axis < nd:
+        raise np.exceptions.AxisError(axis, nd)
+    return axis % nd
+
+
+if hasattr(np, "matrix_transpose"):
+    @composite(np.matrix_transpose)
+    def _matrix_transpose(x, /):
+        if len(shape_of(x)) < 2:
+            raise ValueError("Input array must be at least 2-dimensional, but it is "
+                             f"{len(shape_of(x))}")
+        return np.swapaxes(x, -1, -2)

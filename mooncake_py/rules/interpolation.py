@@ -1,0 +1,135 @@
+"""Interpolation and evaluation of fixed-form functions: np.interp, np.polyval, np.sinc.
+
+np.interp and np.polyval are :func:`~.registry.composite`: np.interp locates each ``x`` among
+the sample points with ``np.searchsorted`` (a constant) and then evaluates NumPy's own formula
+``fp[j] + (fp[j+1] - fp[j]) / (xp[j+1] - xp[j]) · (x - xp[j])`` with differentiable gathers, so
+``x``, ``xp`` and ``fp`` (and ``left``/``right``) are all differentiable; np.polyval is Horner's
+scheme, differentiable in the coefficients and in ``x``.
+
+np.sinc has rules: its derivatives of every order are :func:`sinc_derivative`, a primitive whose
+own rules call it with the next order, so ``sinc'(0) = 0`` and ``sinc''(0) = -π²/3`` come out as
+the limits they are instead of 0/0.
+"""
+import math
+
+import numpy as np
+
+from .broadcasting import shape_of
+from .registry import composite, primitive, rrule, frule
+from .differences import as_array
+
+
+# --- np.interp ------------------------------------------------------------------------------------
+@composite(np.interp)
+def _interp(x, xp, fp, left=None, right=None, period=None):
+    """Piecewise-linear interpolation; at a sample point the derivative in ``x`` is the slope
+    of the segment to its right (of the last segment at ``xp[-1]``)."""
+    x, xp, fp = as_array(x), as_array(xp), as_array(fp)
+    if len(shape_of(xp)) != 1 or len(shape_of(fp)) != 1:
+        raise ValueError("Data points must be 1D sequences")
+    if shape_of(xp)[0] != shape_of(fp)[0]:
+        raise ValueError("fp and xp are not of the same length.")
+    if shape_of(xp)[0] == 0:
+        raise ValueError("array of sample points is empty")
+    if period is not None:
+        if period == 0:
+            raise ValueError("period must be a non-zero value")
+        period = abs(period)
+        left = right = None
+        x, xp = np.remainder(x, period), np.remainder(xp, period)
+        order = np.argsort(xp)
+        xp, fp = np.take(xp, order), np.take(fp, order)
+        xp = np.concatenate([xp[-1:] - period, xp, xp[0:1] + period])
+        fp = np.concatenate([fp[-1:], fp, fp[0:1]])
+    n = shape_of(xp)[0]
+    if n == 1:
+        y = np.broadcast_to(fp[0], shape_of(x))
+    else:
+        j = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, n - 2)
+        x0, f0 = np.take(xp, j), np.take(fp, j)
+        slope = (np.take(fp, j + 1) - f0) / (np.take(xp, j + 1) - x0)
+        y = slope * (x - x0) + f0
+        # NumPy returns the sample value exactly at the last sample point
+        y = np.where(x == xp[-1], fp[-1], y)
+    y = np.where(x < xp[0], fp[0] if left is None else left, y)
+    y = np.where(x > xp[-1], fp[-1] if right is None else right, y)
+    return y
+
+
+# --- np.polyval -----------------------------------------------------------------------------------
+@composite(np.polyval)
+def _polyval(p, x):
+    """Horner's scheme ``y = y·x + p[i]``, the operations NumPy performs."""
+    if isinstance(p, np.poly1d):
+        p = p.coeffs
+    p, x = as_array(p), as_array(x)
+    y = np.zeros_like(x)
+    for i in range(shape_of(p)[0]):
+        y = y * x + p[i]
+    return y
+
+
+# --- np.sinc --------------------------------------------------------------------------------------
+_SERIES_TERMS = 14  # |πx| < 1: the Taylor terms after these are below 1e-30
+
+
+def _unnormalised_derivative(u, n):
+    """The n-th derivative of sin(u)/u at ``u`` (plain arrays).
+
+    Near 0 the closed forms cancel catastrophically, so there the Taylor series
+    Σ_k (-1)^k u^{2k}/(2k+1)! is differentiated term by term; elsewhere the recurrence from
+    differentiating u·f(u) = sin(u) n times, f⁽ⁿ⁾ = (sin(u + nπ/2) - n·f⁽ⁿ⁻¹⁾) / u.
+    """
+    series = np.zeros_like(u)
+    for k in range((n + 1) // 2, (n + 1) // 2 + _SERIES_TERMS):
+        coef = (-1) ** k * math.factorial(2 * k) / (math.factorial(2 * k - n)
+                                                    * math.factorial(2 * k + 1))
+        series = series + coef * u ** (2 * k - n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.sin(u) / u
+        for i in range(1, n + 1):
+            f = (np.sin(u + i * np.pi / 2) - i * f) / u
+    return np.where(np.abs(u) < 1, series, f)
+
+
+@primitive
+def sinc_derivative(x, n):
+    """The ``n``-th derivative of ``np.sinc`` (``sin(πx)/(πx)``) at ``x``, ``n >= 1``.
+
+    Differentiable to any order: its own derivative is ``sinc_derivative(x, n + 1)``. The
+    removable singularity at 0 is evaluated as its limit.
+
+    Example:
+        >>> import numpy as np
+        >>> print(sinc_derivative(np.array([0.0, 0.5]), 1).round(6))
+        [ 0.       -1.27324 ]
+        >>> bool(np.isclose(sinc_derivative(0.0, 2), -np.pi ** 2 / 3))
+        True
+    """
+    x = np.asarray(x)
+    dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+    out = np.pi ** n * _unnormalised_derivative(np.pi * x.astype(np.float64), n)
+    return out.astype(dt)[()] if out.ndim == 0 else out.astype(dt, copy=False)
+
+
+@rrule(sinc_derivative)
+def _sinc_derivative(x, n):
+    return sinc_derivative(x, n), lambda g: (g * sinc_derivative(x, n + 1), None)
+
+
+@frule(sinc_derivative, lanes=True)
+def _sinc_derivative_f(primals, tangents):
+    (x, n), dx = primals, tangents[0]
+    y = sinc_derivative(x, n)
+    return y, None if dx is None else sinc_derivative(x, n + 1) * dx
+
+
+@rrule(np.sinc)
+def _sinc(x):
+    return np.sinc(x), lambda g: (g * sinc_derivative(x, 1),)
+
+
+@frule(np.sinc, lanes=True)
+def _sinc_f(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return np.sinc(x), None if dx is None else sinc_derivative(x, 1) * dx
