@@ -1,7 +1,11 @@
-"""Differentiable versions of scipy.linalg functions that do not dispatch through NumPy.
+"""``mooncake_py.linalg`` is :mod:`mooncake_py.scipy.linalg`, the differentiable mirror of
+``scipy.linalg`` (``solve_triangular``, ``cho_solve``, ``solve``, ``cholesky``, ``expm``, ...).
 
-``scipy.linalg.solve_triangular`` and ``cho_solve`` convert their inputs with ``np.asarray``;
-use ``mooncake_py.linalg.solve_triangular`` / ``cho_solve`` instead (same signatures). The
-``numpy.linalg`` functions (``np.linalg.solve``, ``inv``, ``cholesky``, ...) work directly.
+The ``numpy.linalg`` functions (``np.linalg.solve``, ``inv``, ``qr``, ``eig``, ...) need no
+mirror: they dispatch through NumPy and work on tracked and dual values directly.
 """
-from .rules.linear_algebra import *  # noqa: F401,F403
+import sys
+
+from .scipy import linalg as _mirror
+
+sys.modules[__name__] = _mirror  # one module under both names: mp.linalg is mp.scipy.linalg

@@ -1,0 +1,1 @@
+"""Rules for scipy.signal convolution and IIR filtering (filled in below)."""
