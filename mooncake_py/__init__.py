@@ -24,6 +24,7 @@ from .second_order import (hvp, hessian, prepare_hvp_cache, value_and_hvp,  # no
                            prepare_hessian_cache, value_gradient_and_hessian)
 from .pytree import register_pytree_node, ravel_pytree  # noqa: E402
 from .operators import hessp, hessian_operator  # noqa: E402
+from .dual.kernels_cpu import warmup  # noqa: E402
 
 # The public API, what `from mooncake_py import *` and dir(mooncake_py) show. It is a literal
 # list because type checkers read it to know what the package re-exports (mypy --strict does
@@ -45,7 +46,7 @@ __all__ = [
     # rules
     "rrule", "frule", "defvjp", "primitive", "zero_derivative", "stop_gradient", "composite",
     # configuration
-    "Config",
+    "Config", "warmup",
     # errors
     "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
