@@ -14,6 +14,7 @@ import numpy as np
 
 from .dispatch import dispatch, WRAPPER_TYPES
 from .rules.shape import astype as _astype
+from .rules.construction import with_constructor_hint
 
 _STORE_SUBSCR = dis.opmap.get("STORE_SUBSCR")
 _SCALAR_TYPES = (np.generic, float, int, complex)
@@ -68,8 +69,8 @@ class ArrayOps:
 
     def __array__(self, dtype=None, copy=None):
         if writing_into_plain_array():
-            raise self._lost(WRITTEN_INTO_PLAIN)
-        raise self._lost("converted to a plain NumPy array")
+            raise with_constructor_hint(self._lost(WRITTEN_INTO_PLAIN))
+        raise with_constructor_hint(self._lost("converted to a plain NumPy array"))
 
     def __float__(self):
         if writing_into_plain_array():

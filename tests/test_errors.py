@@ -13,9 +13,9 @@ def _ok():
 
 def test_missing_rule_names_function_and_shows_decorator():
     with pytest.raises(mp.MissingRuleError) as e:
-        mp.grad(lambda x: np.sum(np.sinc(x)))(np.ones(3))
+        mp.grad(lambda x: np.sum(np.unwrap(x)))(np.ones(3))
     msg = str(e.value)
-    assert "numpy.sinc" in msg and "@mp.rrule(np.sinc)" in msg and "zero_derivative" in msg
+    assert "numpy.unwrap" in msg and "@mp.rrule(np.unwrap)" in msg and "zero_derivative" in msg
     _ok()
 
 

@@ -228,9 +228,13 @@ def test_interp_derivative_in_xp():
 
 def test_full_and_index_tricks_raise_named_errors():
     x = np.array([1.0, 2.0])
-    for f in (lambda x: np.full(3, x[0]), lambda x: np.r_[x, x], lambda x: np.c_[x, x]):
-        with pytest.raises(TrackingLostError):
+    for f, says in ((lambda x: np.full(3, x[0]), "np.full_like"),
+                    (lambda x: np.r_[x, x], "np.concatenate"),
+                    (lambda x: np.c_[x, x], "np.column_stack")):
+        with pytest.raises(TrackingLostError, match=says):
             mp.grad(lambda x: np.sum(f(x)))(x)
+        with pytest.raises(TrackingLostError, match=says):
+            mp.jvp(f, (x,), (x,))
     # the differentiable spellings
     g = mp.grad(lambda x: np.sum(np.full_like(x, x[0], shape=(3,))))(x)
     assert np.array_equal(g, [3.0, 0.0])

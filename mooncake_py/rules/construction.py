@@ -12,9 +12,11 @@ replaced; np.select and np.piecewise have the derivative of the branch chosen at
 Not reachable: ``np.full(shape, x)``, ``np.r_[...]`` and ``np.c_[...]`` convert their parts with
 ``np.asarray`` before any dispatch, so a tracked part raises TrackingLostError; write
 ``np.full_like(x, x, shape=shape)`` (or ``np.broadcast_to(x, shape)``) and ``np.concatenate``
-/ ``np.stack`` / ``np.column_stack`` instead.
+/ ``np.stack`` / ``np.column_stack`` instead; the error says so (:func:`with_constructor_hint`).
 """
 import operator
+import os
+import sys
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
@@ -174,3 +176,30 @@ def _bincount_f(primals, tangents, **kw):
     if dw is None:
         return y, None
     return y, np.bincount(x, dw, *rest[1:], **kw)
+
+
+# --- constructors that convert their parts before any dispatch: name the spelling that works ----
+_CONSTRUCTOR_HINTS = {
+    ("_index_tricks_impl.py", "__getitem__"):
+        "np.r_[...] and np.c_[...] convert each part with np.array, which no tracked or dual "
+        "value survives: join the parts with np.concatenate([...]) (for np.r_), "
+        "np.column_stack([...]) (for np.c_) or np.stack([...]) instead; those are differentiated.",
+    ("numeric.py", "full"):
+        "np.full(shape, x) converts x with np.asarray: write np.full_like(x, x, shape=shape) "
+        "or np.broadcast_to(x, shape) (add .copy() for a writable array) instead; those are "
+        "differentiated.",
+}
+
+
+def with_constructor_hint(err):
+    """``err`` (a TrackingLostError) with a first sentence naming the differentiable spelling
+    when it was raised inside np.r_/np.c_ or np.full, which reach no rule."""
+    f = sys._getframe(1)
+    for _ in range(8):  # the NumPy frame is a few calls up from the conversion
+        if f is None:
+            break
+        hint = _CONSTRUCTOR_HINTS.get((os.path.basename(f.f_code.co_filename), f.f_code.co_name))
+        if hint is not None:
+            return type(err)(f"{hint} ({err})")
+        f = f.f_back
+    return err
