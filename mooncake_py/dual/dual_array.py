@@ -26,6 +26,7 @@ from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like, zero_tangent
 from ..rules.registry import FRULES, FRULE_LANES, ZERO_DERIVATIVE, COMPOSITES, fn_name
+from ..rules.derivative_table import load_for
 
 _SEQ = (list, tuple)
 
@@ -221,6 +222,8 @@ def _apply(tag, fn, args, kwargs):
             return mutator(*args, **kwargs)
         if fn in ZERO_DERIVATIVE:
             return _call(fn, primals, kwargs)
+        if load_for(fn):  # a scipy.special ufunc: its table section loads on first use
+            return _apply(tag, fn, args, kwargs)
         return _trace_primitive(fn, args, kwargs)
     native = getattr(rule, "_mc_native", None)
     if native is not None:

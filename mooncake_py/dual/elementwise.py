@@ -25,7 +25,8 @@ import os
 import numpy as np
 
 from ..array_module import device_module
-from ..rules.derivative_table import TABLE, NP_VOCABULARY
+from ..rules.derivative_table import NP_VOCABULARY, on_new_entries, constant_input_message
+from ..errors import MissingRuleError
 from ..rules.elementwise import ew_pullback
 from ..rules.broadcasting import shape_of
 from ..rules.lanes import align
@@ -426,8 +427,21 @@ def _lane_wrapper(native):
     return rule
 
 
-for _e in TABLE.values():
-    FRULES[_e.ufunc] = _lane_wrapper(_op_frule(_e))
-    FRULE_LANES.add(_e.ufunc)
+def _constant_inputs(entry, native):
+    """``native``, refusing a tangent on an input the table holds constant (an order)."""
+    def checked(primals, tangents, lanes, kwargs):
+        for k in entry.constant:
+            if tangents[k] is not None:
+                raise MissingRuleError(constant_input_message(entry, k))
+        return native(primals, tangents, lanes, kwargs)
+    return checked
+
+
+@on_new_entries
+def _register(entries):
+    for e in entries:
+        native = _op_frule(e)
+        FRULES[e.ufunc] = _lane_wrapper(_constant_inputs(e, native) if e.constant else native)
+        FRULE_LANES.add(e.ufunc)
 FRULES[ew_pullback] = _lane_wrapper(_pullback_native)
 FRULE_LANES.add(ew_pullback)

@@ -12,7 +12,8 @@ on its first call and caches the binary on disk). The array module is the operan
 provides ``ElementwiseKernel``), so this file never imports CuPy itself.
 
 A call returns None when the operands do not suit a kernel (mixed or non-float dtypes, keyword
-arguments, a float16 array): the caller then runs the NumPy-composition program, whose ``np.``
+arguments, a float16 array) or the entry calls a function CUDA lacks (``codegen.has_cuda``:
+most of the scipy.special section): the caller then runs the NumPy-composition program, whose ``np.``
 calls CuPy executes on the device too.
 """
 import numpy as np
@@ -128,7 +129,7 @@ def frule(prog, uf, a, b, ta, tb, lanes):
     ``b``/``tb`` are None for a unary op; ``lanes`` is the lane count (0: no lane axis).
     """
     xp = module_of(a, b, ta, tb, what=f"the forward rule of np.{uf.__name__}")
-    if not prog.has_tangent:
+    if not prog.has_tangent or not codegen.has_cuda(prog.entry):
         return None
     dt = _common_dtype((a, b, ta, tb), xp)
     if dt is None:
@@ -157,7 +158,7 @@ def pullback(prog, g, tg, a, ta, b, tb, y, lanes):
     """``(r, ṙ)`` of ``ew_pullback`` on device arrays by one kernel, or None."""
     xp = module_of(g, tg, a, ta, b, tb, y,
                    what=f"the second-order pullback of np.{prog.entry.ufunc.__name__}")
-    if not prog.has_tangent:
+    if not prog.has_tangent or not codegen.has_cuda(prog.entry):
         return None
     dt = _common_dtype((g, tg, a, ta, b, tb, y), xp)
     if dt is None:

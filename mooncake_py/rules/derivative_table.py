@@ -14,14 +14,10 @@ From these strings :mod:`mooncake_py.rules.elementwise` builds the reverse rules
 rules and the fused kernels (numba on CPU, CuPy on GPU) are generated from the very same text.
 """
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-
-try:  # scipy is optional: without it the scipy.special entries are simply absent
-    import scipy.special as sps
-except ImportError:  # pragma: no cover
-    sps = None
 
 CONSTANTS = {
     "LN2": math.log(2.0),
@@ -30,6 +26,10 @@ CONSTANTS = {
     "RAD2DEG": 180.0 / math.pi,
     "TWO_OVER_SQRTPI": 2.0 / math.sqrt(math.pi),
     "INV_SQRT2PI": 1.0 / math.sqrt(2.0 * math.pi),
+    "SQRT2PI": math.sqrt(2.0 * math.pi),
+    "SQRTPI_OVER_2": math.sqrt(math.pi) / 2.0,
+    "PI_OVER_2": math.pi / 2.0,
+    "TWO_PI": 2.0 * math.pi,
 }
 
 
@@ -44,6 +44,9 @@ class Entry:
     nin: int = 1
     np_d1: tuple = field(default=(), repr=False)
     np_d2: tuple = field(default=(), repr=False)
+    # Inputs with no derivative (an order, gammainc's shape): derivatives wrt them are written
+    # "0" so that kernels generate, and the rules raise MissingRuleError when one is asked for.
+    constant: tuple = ()
 
     def __hash__(self):
         return id(self)
@@ -56,17 +59,7 @@ def _np_vocabulary():
               "sign abs").split():
         ns[n] = getattr(np, n)
     ns.update(pow=np.power, select=np.where)
-    if sps is not None:
-        ns.update(erf=sps.erf, erfc=sps.erfc, digamma=sps.digamma,
-                  trigamma=lambda a: _special_of(a).polygamma(1, a),
-                  tetragamma=lambda a: _special_of(a).polygamma(2, a))
-    return ns
-
-
-def _special_of(a):
-    """scipy.special, or cupyx.scipy.special for device arrays (polygamma is no ufunc)."""
-    from ..array_module import scipy_special
-    return scipy_special(a)
+    return ns  # the scipy.special names join when the scipy section loads (load_scipy)
 
 
 NP_VOCABULARY = _np_vocabulary()
@@ -81,23 +74,13 @@ def _compile_np(expr, nin):
 TABLE = {}
 
 
-class _MissingModule:
-    """Attribute access yields None, so table rows for an absent scipy register nothing."""
-    def __getattr__(self, name):
-        return None
-
-
-_sps = sps if sps is not None else _MissingModule()
-
-
-def _entry(ufunc, value, d1, d2, name=None):
-    if ufunc is None:  # a scipy.special ufunc without scipy installed
-        return None
+def _entry(ufunc, value, d1, d2, name=None, constant=()):
     d1, d2 = tuple(d1), tuple(d2)
     nin = len(d1)
     assert len(d2) == (1 if nin == 1 else 3), ufunc
     e = Entry(name or ufunc.__name__, ufunc, value, d1, d2, nin,
-              tuple(_compile_np(s, nin) for s in d1), tuple(_compile_np(s, nin) for s in d2))
+              tuple(_compile_np(s, nin) for s in d1), tuple(_compile_np(s, nin) for s in d2),
+              tuple(constant))
     TABLE[e.name] = e
     return e
 
@@ -134,15 +117,6 @@ _entry(np.deg2rad, "a*DEG2RAD", ["DEG2RAD"], ["0"])
 _entry(np.rad2deg, "a*RAD2DEG", ["RAD2DEG"], ["0"])
 _entry(np.radians, "a*DEG2RAD", ["DEG2RAD"], ["0"], name="radians")
 _entry(np.degrees, "a*RAD2DEG", ["RAD2DEG"], ["0"], name="degrees")
-_entry(_sps.expit, "1/(1+exp(-a))", ["y*(1-y)"], ["y*(1-y)*(1-2*y)"])
-_entry(_sps.logit, "log(a/(1-a))", ["1/(a*(1-a))"], ["(2*a-1)/(a*a*(1-a)*(1-a))"])
-_entry(_sps.erf, "erf(a)", ["TWO_OVER_SQRTPI*exp(-a*a)"], ["-2*a*TWO_OVER_SQRTPI*exp(-a*a)"])
-_entry(_sps.erfc, "erfc(a)", ["-TWO_OVER_SQRTPI*exp(-a*a)"], ["2*a*TWO_OVER_SQRTPI*exp(-a*a)"])
-_entry(_sps.gammaln, "lgamma(a)", ["digamma(a)"], ["trigamma(a)"])
-_entry(_sps.digamma, "digamma(a)", ["trigamma(a)"], ["tetragamma(a)"])
-_entry(_sps.ndtr, "ndtr(a)", ["INV_SQRT2PI*exp(-0.5*a*a)"], ["-a*INV_SQRT2PI*exp(-0.5*a*a)"])
-_entry(_sps.log_ndtr, "log_ndtr(a)", ["INV_SQRT2PI*exp(-0.5*a*a-y)"],
-       ["-INV_SQRT2PI*exp(-0.5*a*a-y)*(a+INV_SQRT2PI*exp(-0.5*a*a-y))"])
 
 # --- binary ops:  ufunc,      value,   (∂y/∂a, ∂y/∂b),   (∂²y/∂a², ∂²y/∂a∂b, ∂²y/∂b²)
 _entry(np.add, "a+b", ["1", "1"], ["0", "0", "0"])
@@ -173,6 +147,152 @@ _entry(np.logaddexp2, "logaddexp2(a,b)", ["exp2(a-y)", "exp2(b-y)"],
        ["LN2*exp2(a-y)*exp2(b-y)", "-LN2*exp2(a-y)*exp2(b-y)", "LN2*exp2(a-y)*exp2(b-y)"])
 _entry(np.remainder, "a-floor(a/b)*b", ["1", "-floor(a/b)"], ["0", "0", "0"])
 _entry(np.fmod, "fmod(a,b)", ["1", "-trunc(a/b)"], ["0", "0", "0"])
-_entry(_sps.xlogy, "xlogy(a,b)", ["log(b)", "select(a==0, 0.0, a/b)"], ["0", "1/b", "-a/(b*b)"])
 
 BY_UFUNC = {e.ufunc: e for e in TABLE.values()}
+
+
+# --- scipy.special --------------------------------------------------------------------------
+# Registered on first need (load_scipy), so that ``import mooncake_py`` does not import scipy:
+# by the mooncake_py.scipy.special module, or on a rule miss for a scipy.special ufunc (whoever
+# calls one has imported scipy.special already). Derivatives of special functions are written
+# with special functions that are themselves entries (Bessel recurrences, polygamma(n+1) for
+# polygamma(n)), so nested derivatives of any order stay inside the table.
+SCIPY_UFUNCS = frozenset(
+    "expit logit log_expit erf erfc erfinv erfcinv ndtr log_ndtr ndtri gammaln loggamma psi "
+    "digamma gamma rgamma i0 i1 i0e i1e j0 j1 y0 y1 entr xlogy xlog1py betaln beta rel_entr "
+    "kl_div gammainc gammaincc iv ive kv jv yv".split())
+"""The scipy.special ufuncs the table covers (re-exported by mooncake_py.scipy.special)."""
+
+# Inputs without a derivative, by scipy's parameter name: an order, or gammainc's shape (its
+# derivative in the shape has no cheap accurate closed form).
+_CONSTANT_PARAMS = {"gammainc": "a", "gammaincc": "a", "iv": "v", "ive": "v", "kv": "v",
+                    "jv": "v", "yv": "v"}
+
+_SCIPY = []   # [scipy.special or None] once loaded
+_ON_NEW = []  # callbacks registering rules for new entries (rules and dual layers)
+
+
+def on_new_entries(register):
+    """Call ``register(entries)`` now for every entry, and again for entries added later (the
+    scipy section). Returns ``register``."""
+    _ON_NEW.append(register)
+    register(list(TABLE.values()))
+    return register
+
+
+def constant_input_message(entry, k):
+    """The MissingRuleError text for a derivative asked of ``entry``'s constant input ``k``."""
+    param = _CONSTANT_PARAMS.get(entry.name, f"argument {k + 1}")
+    return (f"scipy.special.{entry.name} has no derivative with respect to its argument "
+            f"{param!r} (input {k + 1}): mooncake_py treats it as a constant. Pass a plain "
+            f"number or array for {param!r}, or wrap it in mp.stop_gradient(...) if its "
+            "derivative may be dropped.")
+
+
+def load_scipy():
+    """Import scipy.special and register the table's scipy.special section (once).
+
+    Returns the module, or None without scipy.
+
+    Example:
+        >>> from mooncake_py.rules.derivative_table import load_scipy, TABLE
+        >>> load_scipy().__name__, "gammaln" in TABLE
+        ('scipy.special', True)
+    """
+    if _SCIPY:
+        return _SCIPY[0]
+    try:
+        import scipy.special as sps
+    except ImportError:  # pragma: no cover - scipy is a dependency of the test setup only
+        _SCIPY.append(None)
+        return None
+    from .special import polygamma
+    NP_VOCABULARY.update(
+        erf=sps.erf, erfc=sps.erfc, expit=sps.expit, digamma=sps.digamma, lgamma=sps.gammaln,
+        trigamma=lambda a: polygamma(1, a), tetragamma=lambda a: polygamma(2, a),
+        i0e=sps.i0e, i1e=sps.i1e, i0=sps.i0, i1=sps.i1, j0=sps.j0, j1=sps.j1, y0=sps.y0,
+        y1=sps.y1, iv=sps.iv, ive=sps.ive, kv=sps.kv, jv=sps.jv, yv=sps.yv)
+    before = set(TABLE)
+    _scipy_section(sps)
+    new = [e for n, e in TABLE.items() if n not in before]
+    BY_UFUNC.update((e.ufunc, e) for e in new)
+    _SCIPY.append(sps)
+    for register in _ON_NEW:
+        register(new)
+    return sps
+
+
+def load_for(fn):
+    """On a rule miss: load the scipy section if ``fn`` is a scipy.special ufunc and it is not
+    loaded yet. Returns whether it loaded (then look the rule up again)."""
+    if _SCIPY or type(fn) is not np.ufunc:
+        return False
+    sps = sys.modules.get("scipy.special")
+    if sps is None or getattr(sps, fn.__name__, None) is not fn:
+        return False
+    return load_scipy() is not None
+
+
+def _scipy_section(sps):
+    # --- unary: ufunc,   value,             (∂y/∂a,),              (∂²y/∂a²,)
+    _entry(sps.expit, "1/(1+exp(-a))", ["y*(1-y)"], ["y*(1-y)*(1-2*y)"])
+    _entry(sps.logit, "log(a/(1-a))", ["1/(a*(1-a))"], ["(2*a-1)/(a*a*(1-a)*(1-a))"])
+    _entry(sps.log_expit, "log_expit(a)", ["expit(-a)"], ["-expit(a)*expit(-a)"])
+    _entry(sps.erf, "erf(a)", ["TWO_OVER_SQRTPI*exp(-a*a)"], ["-2*a*TWO_OVER_SQRTPI*exp(-a*a)"])
+    _entry(sps.erfc, "erfc(a)", ["-TWO_OVER_SQRTPI*exp(-a*a)"],
+           ["2*a*TWO_OVER_SQRTPI*exp(-a*a)"])
+    _entry(sps.erfinv, "erfinv(a)", ["SQRTPI_OVER_2*exp(y*y)"], ["PI_OVER_2*y*exp(2*y*y)"])
+    _entry(sps.erfcinv, "erfcinv(a)", ["-SQRTPI_OVER_2*exp(y*y)"], ["PI_OVER_2*y*exp(2*y*y)"])
+    _entry(sps.ndtr, "ndtr(a)", ["INV_SQRT2PI*exp(-0.5*a*a)"], ["-a*INV_SQRT2PI*exp(-0.5*a*a)"])
+    _entry(sps.log_ndtr, "log_ndtr(a)", ["INV_SQRT2PI*exp(-0.5*a*a-y)"],
+           ["-INV_SQRT2PI*exp(-0.5*a*a-y)*(a+INV_SQRT2PI*exp(-0.5*a*a-y))"])
+    _entry(sps.ndtri, "ndtri(a)", ["SQRT2PI*exp(0.5*y*y)"], ["TWO_PI*y*exp(y*y)"])
+    _entry(sps.gammaln, "lgamma(a)", ["digamma(a)"], ["trigamma(a)"])
+    _entry(sps.loggamma, "loggamma(a)", ["digamma(a)"], ["trigamma(a)"])
+    _entry(sps.digamma, "digamma(a)", ["trigamma(a)"], ["tetragamma(a)"])
+    _entry(sps.gamma, "gamma(a)", ["y*digamma(a)"], ["y*(digamma(a)*digamma(a)+trigamma(a))"])
+    _entry(sps.rgamma, "rgamma(a)", ["-y*digamma(a)"],
+           ["y*(digamma(a)*digamma(a)-trigamma(a))"])
+    _entry(sps.entr, "entr(a)", ["-log(a)-1"], ["-1/a"])
+    # Bessel functions: I0' = I1, I1' = (I0 + I2)/2, J1' = (J0 - J2)/2, ...; the exponentially
+    # scaled e^(-|a|)·I_v add -sign(a)·y per derivative.
+    _entry(sps.i0, "i0(a)", ["i1(a)"], ["0.5*(y+iv(2,a))"])
+    _entry(sps.i1, "i1(a)", ["0.5*(i0(a)+iv(2,a))"], ["0.25*(3*y+iv(3,a))"])
+    _entry(sps.i0e, "i0e(a)", ["i1e(a)-sign(a)*y"],
+           ["0.5*(y+ive(2,a))-2*sign(a)*i1e(a)+sign(a)*sign(a)*y"])
+    _entry(sps.i1e, "i1e(a)", ["0.5*(i0e(a)+ive(2,a))-sign(a)*y"],
+           ["0.75*y+0.25*ive(3,a)-sign(a)*(i0e(a)+ive(2,a))+sign(a)*sign(a)*y"])
+    _entry(sps.j0, "j0(a)", ["-j1(a)"], ["0.5*(jv(2,a)-y)"])
+    _entry(sps.j1, "j1(a)", ["0.5*(j0(a)-jv(2,a))"], ["0.25*(jv(3,a)-3*y)"])
+    _entry(sps.y0, "y0(a)", ["-y1(a)"], ["0.5*(yv(2,a)-y)"])
+    _entry(sps.y1, "y1(a)", ["0.5*(y0(a)-yv(2,a))"], ["0.25*(yv(3,a)-3*y)"])
+
+    # --- binary: ufunc, value, (∂y/∂a, ∂y/∂b), (∂²y/∂a², ∂²y/∂a∂b, ∂²y/∂b²)
+    _entry(sps.xlogy, "xlogy(a,b)", ["log(b)", "select(a==0, 0.0, a/b)"], ["0", "1/b", "-a/(b*b)"])
+    _entry(sps.xlog1py, "xlog1py(a,b)", ["log1p(b)", "select(a==0, 0.0, a/(1+b))"],
+           ["0", "1/(1+b)", "-a/((1+b)*(1+b))"])
+    _entry(sps.betaln, "betaln(a,b)", ["digamma(a)-digamma(a+b)", "digamma(b)-digamma(a+b)"],
+           ["trigamma(a)-trigamma(a+b)", "-trigamma(a+b)", "trigamma(b)-trigamma(a+b)"])
+    _entry(sps.beta, "beta(a,b)", ["y*(digamma(a)-digamma(a+b))", "y*(digamma(b)-digamma(a+b))"],
+           ["y*((digamma(a)-digamma(a+b))*(digamma(a)-digamma(a+b))+trigamma(a)-trigamma(a+b))",
+            "y*((digamma(a)-digamma(a+b))*(digamma(b)-digamma(a+b))-trigamma(a+b))",
+            "y*((digamma(b)-digamma(a+b))*(digamma(b)-digamma(a+b))+trigamma(b)-trigamma(a+b))"])
+    _entry(sps.rel_entr, "rel_entr(a,b)", ["log(a/b)+1", "-a/b"], ["1/a", "-1/b", "a/(b*b)"])
+    _entry(sps.kl_div, "kl_div(a,b)", ["log(a/b)", "1-a/b"], ["1/a", "-1/b", "a/(b*b)"])
+    # regularised incomplete gamma P(a, x), Q(a, x): derivative in x only
+    _entry(sps.gammainc, "gammainc(a,b)", ["0", "exp((a-1)*log(b)-b-lgamma(a))"],
+           ["0", "0", "exp((a-1)*log(b)-b-lgamma(a))*((a-1)/b-1)"], constant=(0,))
+    _entry(sps.gammaincc, "gammaincc(a,b)", ["0", "-exp((a-1)*log(b)-b-lgamma(a))"],
+           ["0", "0", "-exp((a-1)*log(b)-b-lgamma(a))*((a-1)/b-1)"], constant=(0,))
+    # Bessel functions of order a (a constant) in b
+    _entry(sps.iv, "iv(a,b)", ["0", "0.5*(iv(a-1,b)+iv(a+1,b))"],
+           ["0", "0", "0.25*(iv(a-2,b)+2*y+iv(a+2,b))"], constant=(0,))
+    _entry(sps.ive, "ive(a,b)", ["0", "0.5*(ive(a-1,b)+ive(a+1,b))-sign(b)*y"],
+           ["0", "0", "0.25*(ive(a-2,b)+2*y+ive(a+2,b))-sign(b)*(ive(a-1,b)+ive(a+1,b))"
+            "+sign(b)*sign(b)*y"], constant=(0,))
+    _entry(sps.kv, "kv(a,b)", ["0", "-0.5*(kv(a-1,b)+kv(a+1,b))"],
+           ["0", "0", "0.25*(kv(a-2,b)+2*y+kv(a+2,b))"], constant=(0,))
+    _entry(sps.jv, "jv(a,b)", ["0", "0.5*(jv(a-1,b)-jv(a+1,b))"],
+           ["0", "0", "0.25*(jv(a-2,b)-2*y+jv(a+2,b))"], constant=(0,))
+    _entry(sps.yv, "yv(a,b)", ["0", "0.5*(yv(a-1,b)-yv(a+1,b))"],
+           ["0", "0", "0.25*(yv(a-2,b)-2*y+yv(a+2,b))"], constant=(0,))

@@ -10,7 +10,8 @@ import numpy as np
 
 from .registry import RRULES, primitive, rrule, zero_derivative, fn_name
 from .broadcasting import unbroadcast, shape_of
-from .derivative_table import TABLE
+from .derivative_table import on_new_entries, constant_input_message
+from ..errors import MissingRuleError
 
 
 @primitive
@@ -71,8 +72,22 @@ def _binary_rule(entry):
     return rule
 
 
-for _e in TABLE.values():
-    RRULES[_e.ufunc] = _unary_rule(_e) if _e.nin == 1 else _binary_rule(_e)
+def _constant_inputs_rule(entry, rule):
+    """``rule``, refusing a cotangent for an input the table holds constant (an order)."""
+    def checked(args, kwargs, needs):
+        for k in entry.constant:
+            if needs[k]:
+                raise MissingRuleError(constant_input_message(entry, k))
+        return rule(args, kwargs, needs)
+    checked.__name__ = rule.__name__
+    return checked
+
+
+@on_new_entries
+def _register(entries):
+    for e in entries:
+        rule = _unary_rule(e) if e.nin == 1 else _binary_rule(e)
+        RRULES[e.ufunc] = _constant_inputs_rule(e, rule) if e.constant else rule
 
 
 for _f in [np.sign, np.floor, np.ceil, np.rint, np.trunc, np.round, np.around, np.fix,

@@ -10,6 +10,7 @@ argument ``i`` wants a cotangent and ``pullback(ȳ)`` returns one entry per posi
 (``None`` for none; a list for an argument that is a sequence of arrays).
 """
 import functools
+import sys
 
 import numpy as np
 
@@ -26,10 +27,22 @@ def fn_name(fn):
     if isinstance(fn, tuple):
         return f"{fn_name(fn[0])}.{fn[1]}"
     if isinstance(fn, np.ufunc):
-        return f"numpy.{fn.__name__}"
+        return f"{_ufunc_module(fn)}{fn.__name__}"
     mod = getattr(fn, "__module__", None) or ""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     return f"{mod}.{name}" if mod else name
+
+
+def _ufunc_module(uf):
+    """``"numpy."`` or ``"scipy.special."``: where ``uf`` lives (ufuncs carry no __module__);
+    ``""`` for any other ufunc (a user's ``np.frompyfunc``/numba one)."""
+    name = uf.__name__
+    if getattr(np, name, None) is uf:
+        return "numpy."
+    sps = sys.modules.get("scipy.special")
+    if sps is not None and getattr(sps, name, None) is uf:
+        return "scipy.special."
+    return ""
 
 
 def rrule(fn, needs=False):

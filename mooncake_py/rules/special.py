@@ -1,4 +1,5 @@
-"""Rules for scipy.special functions that are not ufuncs (logsumexp, softmax, log_softmax).
+"""Rules for scipy.special functions that are not ufuncs (logsumexp, softmax, log_softmax,
+polygamma, multigammaln).
 
 The scipy.special *ufuncs* (expit, logit, erf, erfc, gammaln, digamma, xlogy, ndtr, log_ndtr)
 dispatch through ``__array_ufunc__`` and get their rules from the derivative table. The
@@ -12,16 +13,19 @@ they agree with scipy's to rounding. Inside the rules they run on the unwrapped 
 The frules are lane-aware: tangents carry k directions on a leading axis, and every tangent is a
 weighted sum (or weighted centring) over ``axis`` shifted past it.
 """
+import math
+import operator
+
 import numpy as np
 
 from .. import array_module as am
-from .registry import primitive, rrule, frule, stop_gradient
+from .registry import primitive, rrule, frule, stop_gradient, _has_wrapper
 from .broadcasting import shape_of, unbroadcast
 from .lanes import align
 from .reductions import normalize_axis, expand_reduced, slice_rank, dtype_of, lane_axes
 from ..errors import MissingRuleError
 
-__all__ = ["logsumexp", "softmax", "log_softmax"]
+__all__ = ["logsumexp", "softmax", "log_softmax", "polygamma", "multigammaln"]
 
 
 def _shift(a, axis, shape=None):
@@ -228,3 +232,77 @@ def _log_softmax_frule(primals, tangents, **kwargs):
         return y, None
     ax = lane_axes(axis, len(shape_of(x)))
     return y, dx - np.sum(np.exp(y) * dx, axis=ax, keepdims=True)
+
+
+# --- polygamma, multigammaln -------------------------------------------------------------------
+@primitive
+def polygamma(n, x):
+    """The n-th derivative of the digamma function at ``x``; scipy.special.polygamma.
+
+    Differentiable in ``x`` to any order (its derivative is ``polygamma(n + 1, x)``); the order
+    ``n`` is a constant. scipy is imported on the first call.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> round(float(mp.special.polygamma(1, 1.0)), 12)  # π²/6
+        1.644934066848
+        >>> round(float(mp.grad(lambda x: mp.special.polygamma(0, x))(1.0)), 12)
+        1.644934066848
+    """
+    return am.scipy_special(x, "scipy.special.polygamma").polygamma(n, x)
+
+
+def _order_error(fn, param):
+    return MissingRuleError(
+        f"scipy.special.{fn} has no derivative with respect to its argument {param!r}, an "
+        f"integer order: mooncake_py treats it as a constant. Pass a plain integer (or integer "
+        "array) for it, or wrap it in mp.stop_gradient(...).")
+
+
+@rrule(polygamma, needs=True)
+def _polygamma(needs, n, x):
+    if needs[0]:
+        raise _order_error("polygamma", "n")
+    y = polygamma(n, x)
+    return y, lambda g: (None, unbroadcast(g * polygamma(n + 1, x), shape_of(x)))
+
+
+@frule(polygamma, lanes=True)
+def _polygamma_frule(primals, tangents, **kwargs):
+    p, t = _bind(("n", "x"), (None, None), primals, tangents, kwargs)
+    if t.get("n") is not None:
+        raise _order_error("polygamma", "n")
+    n, x, dx = p["n"], p["x"], t.get("x")
+    y = polygamma(n, x)
+    if dx is None:
+        return y, None
+    return y, align(dx, len(shape_of(y))) * polygamma(n + 1, x)
+
+
+def multigammaln(a, d):
+    """The log of the multivariate gamma function of dimension ``d``;
+    scipy.special.multigammaln.
+
+    ``log Γ_d(a) = d(d-1)/4·log π + Σ_{j<d} gammaln(a - j/2)``, written with the table's
+    ``gammaln``: differentiable in ``a`` to any order; ``d`` is a positive integer constant.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> float(mp.special.multigammaln(3.0, 1))  # log Γ(3)
+        0.6931471805599453
+        >>> round(float(mp.grad(lambda a: mp.special.multigammaln(a, 2))(3.0)), 12)  # ψ(3)+ψ(2.5)
+        1.625940975744
+    """
+    from .derivative_table import load_scipy
+    sps = load_scipy()
+    if not _has_wrapper((a,), {}):
+        return sps.multigammaln(a, d)
+    d = operator.index(d)
+    if d < 1:
+        raise ValueError(f"multigammaln: the dimension d must be a positive integer, got {d}")
+    if np.any(am.unwrap(a) <= 0.5 * (d - 1)):
+        raise ValueError(f"condition a ({am.unwrap(a)}) > 0.5 * (d-1) ({0.5 * (d - 1)}) not met")
+    out = sps.gammaln(a)
+    for j in range(1, d):
+        out = out + sps.gammaln(a - 0.5 * j)
+    return out + 0.25 * d * (d - 1) * math.log(math.pi)

@@ -22,6 +22,7 @@ from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
+from ..rules.derivative_table import load_for
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
 from ..rules.indexing import is_basic_index, _frozen
@@ -110,6 +111,8 @@ class Tape:
             if fn in ZERO_DERIVATIVE:
                 return _call(fn, [self._unwrap(a) for a in args],
                              {k: self._unwrap(v) for k, v in kwargs.items()})
+            if load_for(fn):  # a scipy.special ufunc: its table section loads on first use
+                return self.record(fn, args, kwargs)
             raise MissingRuleError(_missing_message(fn, args, kwargs))
         if kwargs:
             if "out" in kwargs:
