@@ -25,6 +25,10 @@ from .second_order import (hvp, hessian, prepare_hvp_cache, value_and_hvp,  # no
 from .pytree import register_pytree_node, ravel_pytree  # noqa: E402
 from .operators import hessp, hessian_operator  # noqa: E402
 from .dual.kernels_cpu import warmup  # noqa: E402
+from .sparse import (sparse_hessian, sparse_jacobian, hessian_sparsity,  # noqa: E402
+                     jacobian_sparsity, prepare_sparse_hessian_cache,
+                     value_gradient_and_sparse_hessian, prepare_sparse_jacobian_cache,
+                     value_and_sparse_jacobian)
 
 # The public API, what `from mooncake_py import *` and dir(mooncake_py) show. It is a literal
 # list because type checkers read it to know what the package re-exports (mypy --strict does
@@ -35,6 +39,10 @@ __all__ = [
     "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hvp", "hessian",
     # SciPy-facing second order
     "hessp", "hessian_operator",
+    # sparse Jacobians and Hessians (detection, coloring, compressed evaluation)
+    "sparse_hessian", "sparse_jacobian", "hessian_sparsity", "jacobian_sparsity",
+    "prepare_sparse_hessian_cache", "value_gradient_and_sparse_hessian",
+    "prepare_sparse_jacobian_cache", "value_and_sparse_jacobian",
     # prepared caches
     "prepare_gradient_cache", "value_and_gradient", "prepare_pullback_cache",
     "value_and_pullback", "prepare_derivative_cache", "value_and_derivative",

@@ -1,0 +1,80 @@
+"""Dependency rows: which inputs each element of an array depends on, as a boolean CSR matrix.
+
+An array of ``size`` elements traced over ``n`` inputs carries a ``(size, n)`` boolean
+``scipy.sparse.csr_matrix`` ``G``: ``G[i, j]`` says that element ``i`` (in C order) may depend on
+input ``j``. Every pattern rule is a few operations on such matrices: gathering rows (indexing,
+broadcasting), unioning rows (sums) and summing a linear map's dependencies (``S @ G``).
+
+scipy is imported on first use so that ``import mooncake_py`` stays free of it.
+"""
+import numpy as np
+
+
+def sparse():
+    """The ``scipy.sparse`` module, imported on first use."""
+    import scipy.sparse as sp
+    return sp
+
+
+def identity_rows(n):
+    """The rows of ``n`` independent inputs: element ``i`` depends on input ``i`` only.
+
+    Example:
+        >>> identity_rows(3).toarray().astype(int)
+        array([[1, 0, 0],
+               [0, 1, 0],
+               [0, 0, 1]])
+    """
+    sp = sparse()
+    return sp.csr_matrix((np.ones(n, dtype=bool), np.arange(n), np.arange(n + 1)), shape=(n, n))
+
+
+def empty_rows(size, n):
+    """``size`` rows that depend on none of ``n`` inputs (a constant)."""
+    sp = sparse()
+    return sp.csr_matrix((size, n), dtype=bool)
+
+
+def gather(G, idx):
+    """Rows ``idx`` (a flat integer array) of ``G``; the identity gather returns ``G`` itself."""
+    idx = np.asarray(idx, dtype=np.intp).ravel()
+    if idx.size == G.shape[0] and (idx.size == 0 or
+                                   (idx[0] == 0 and np.array_equal(idx, np.arange(idx.size)))):
+        return G
+    return G[idx]
+
+
+def broadcast(G, shape, out_shape):
+    """The rows of an array of ``shape`` broadcast to ``out_shape``."""
+    shape, out_shape = tuple(shape), tuple(out_shape)
+    if shape == out_shape:
+        return G
+    size = int(np.prod(shape, dtype=np.int64))
+    idx = np.broadcast_to(np.arange(size).reshape(shape), out_shape)
+    return G[idx.ravel()]
+
+
+def union(mats):
+    """Elementwise OR of equally shaped row matrices (``None`` entries skipped)."""
+    mats = [m for m in mats if m is not None]
+    out = mats[0]
+    for m in mats[1:]:
+        out = out + m
+    return out
+
+
+def group_map(groups, n_groups):
+    """The ``(n_groups, len(groups))`` 0/1 matrix that sends element ``i`` to group ``groups[i]``:
+    ``group_map(g, k) @ G`` unions the rows of each group."""
+    sp = sparse()
+    m = len(groups)
+    return sp.csr_matrix((np.ones(m, dtype=bool), (np.asarray(groups, dtype=np.intp),
+                                                   np.arange(m))), shape=(n_groups, m))
+
+
+def any_row(G):
+    """One row: the union of all rows of ``G`` (every input any element depends on)."""
+    sp = sparse()
+    cols = np.unique(G.indices)
+    return sp.csr_matrix((np.ones(cols.size, dtype=bool), cols, [0, cols.size]),
+                         shape=(1, G.shape[1]))
