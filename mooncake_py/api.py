@@ -2,6 +2,7 @@
 import contextlib
 import functools
 import gc
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,21 +36,18 @@ def _fname(f):
 
 
 def is_float_leaf(x):
-    """Whether a leaf is differentiable: a real floating array/number (or a wrapped one)."""
-    if type(x) is float:
+    """Whether a leaf is differentiable: a floating or complex array/number (or a wrapped one)."""
+    if type(x) is float or type(x) is complex:
         return True
     dt = getattr(x, "dtype", None)
-    return dt is not None and getattr(dt, "kind", None) == "f"
+    return dt is not None and getattr(dt, "kind", None) in ("f", "c")
 
 
 def _leaf_error(f, argnum, x, path=""):
     dt = getattr(x, "dtype", None)
     what = f"{type(x).__name__}" + (f" with dtype {dt}" if dt is not None else "")
-    if dt is not None and dt.kind == "c":
-        hint = "complex differentiation is not supported yet"
-    else:
-        hint = ("convert it to floating point (x.astype(float) or 2.0 instead of 2), or leave it "
-                "out of argnums so it is treated as a constant")
+    hint = ("convert it to floating point (x.astype(float) or 2.0 instead of 2), or leave it "
+            "out of argnums so it is treated as a constant")
     return NonDifferentiableInputError(
         f"argument {argnum}{path} of {_fname(f)} is a {what}, which has no derivative; {hint}.")
 
@@ -105,7 +103,8 @@ def _as_gradient(g, leaf):
         return g
     dt = getattr(leaf, "dtype", None)
     if type(leaf) is float:
-        return np.float64(g)
+        # a dual (grad inside jvp) stays one: float() of it would drop the outer derivative
+        return g if type(g) is DualArray else np.float64(g)
     if isinstance(leaf, np.generic) and isinstance(g, np.ndarray) and g.shape == ():
         g = g[()]
     if isinstance(g, np.ndarray):
@@ -144,7 +143,19 @@ def _check_scalar(f, y):
             f"{describe_arg(y)} ({type(v).__name__} of dtype {dt}, shape {tuple(shape)}). "
             + ("Reduce it to a scalar (np.sum, np.mean, x @ w) or use mp.vjp / mp.jacobian for "
                "non-scalar outputs." if dt.kind == "f" else
-               "Integer and boolean outputs have no derivative."))
+               "A complex output has no gradient: take a real scalar of it (np.real, np.imag, "
+               "np.abs(z)**2, np.angle), or use mp.vjp with a complex cotangent."
+               if dt.kind == "c" else "Integer and boolean outputs have no derivative."))
+
+
+def _check_cotangent_kind(f, o, s):
+    """A complex cotangent pairs with a complex output only (the imaginary part would have
+    nothing to pair with and be dropped)."""
+    sk = "c" if type(s) is complex else getattr(getattr(s, "dtype", None), "kind", "f")
+    if sk == "c" and type(o) is TrackedArray and o._value.dtype.kind != "c":
+        raise TangentError(
+            f"the cotangent given to the pullback of {_fname(f)} is complex but the output it "
+            f"belongs to is real ({o._value.dtype}); give a real cotangent (np.real(ybar)).")
 
 
 def _norm_argnums(argnums, nargs, f):
@@ -156,7 +167,8 @@ def _norm_argnums(argnums, nargs, f):
     return tuple(i % nargs for i in nums)
 
 
-def value_and_grad(f, argnums=0, has_aux=False):
+def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> Callable[..., Any]:
     """``f``'s value and gradient with respect to the positional argument(s) ``argnums``.
 
     Arguments may be float arrays, Python floats, or nested tuples/lists/dicts of them; each
@@ -198,7 +210,8 @@ def value_and_grad(f, argnums=0, has_aux=False):
     return value_and_grad_f
 
 
-def grad(f, argnums=0, has_aux=False):
+def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
+         has_aux: bool = False) -> Callable[..., Any]:
     """The gradient of a scalar function ``f``: ``mp.grad(f)(x)``. See :func:`value_and_grad`.
 
     With ``has_aux=True``, ``f`` returns ``(value, aux)`` and the call returns
@@ -226,7 +239,8 @@ def grad(f, argnums=0, has_aux=False):
     return grad_f
 
 
-def vjp(f, *args, has_aux=False, **kwargs):
+def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,
+        **kwargs: Any) -> tuple[Any, ...]:
     """Run ``f(*args)`` recording it; return ``(y, pullback)`` with ``pullback(ȳ)`` giving one
     cotangent per argument (``None`` for non-float arguments), each shaped like its argument.
 
@@ -259,6 +273,7 @@ def vjp(f, *args, has_aux=False, **kwargs):
             if os_ != ss:
                 raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has shape "
                                    f"{ss}; the output it belongs to has shape {os_}.")
+            _check_cotangent_kind(f, o, s)
         cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
         full = [None] * len(args)
         for (i, *_), c in zip(tr.slots, cots):

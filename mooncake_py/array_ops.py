@@ -217,13 +217,17 @@ class ArrayOps:
         return dispatch(_astype, (self, dtype), {})
 
     def conj(self):
-        return self
+        return dispatch(np.conjugate, (self,), {}) if self.dtype.kind == "c" else self
 
     conjugate = conj
 
     @property
     def real(self):
-        return self
+        return dispatch(np.real, (self,), {}) if self.dtype.kind == "c" else self
+
+    @property
+    def imag(self):
+        return dispatch(np.imag, (self,), {})
 
     def item(self, *args):
         raise self._lost("turned into a Python number by .item()")

@@ -1,5 +1,6 @@
 """Forward-mode public API: jvp, prepared derivative caches, and jacobian (forward or reverse)."""
 import functools
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -57,6 +58,8 @@ def _seed(f, primals, tangents, lanes):
             am.module_of(x, v, what=f"argument {i}{path} of {_fname(f)}")
             x = _as_value(x)
             v = _as_value(v, x.dtype)
+            if x.dtype.kind == "c":
+                tag.complex = True
             # the dual's own tangent: writes f makes into its input move it, never the caller's v
             new.append(DualArray(x, v.copy() if has_buffer(v) else v, tag))
         args.append(ptree.unflatten(new))
@@ -77,7 +80,8 @@ def _result(o, tag):
     return o, None
 
 
-def jvp(f, primals, tangents, *, lanes=False, has_aux=False):
+def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *,
+        lanes: bool = False, has_aux: bool = False) -> tuple[Any, ...]:
     """``(f(*primals), J·tangents)``: the value of ``f`` and its directional derivative.
 
     ``primals`` and ``tangents`` are tuples with one entry per positional argument of ``f``;
@@ -125,7 +129,8 @@ class DerivativeCache:
                 f"lanes={self.lanes})")
 
 
-def prepare_derivative_cache(f, *args, lanes=None):
+def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
+                             lanes: int | None = None) -> DerivativeCache:
     """Prepare repeated forward-mode derivatives of ``f`` at arguments like ``args``.
 
     Records the arguments' structure, shapes and dtypes (checked on every call of
@@ -160,7 +165,8 @@ def _zero_tangent(a, k):
     return tree.unflatten(out)
 
 
-def value_and_derivative(cache, f, *tangents_and_args):
+def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
+                         *tangents_and_args: Any) -> tuple[Any, Any]:
     """``(y, ẏ)``: ``value_and_derivative(cache, f, tangents, *args)``.
 
     ``tangents`` is, like ``v`` of :func:`~mooncake_py.value_and_hvp`, the direction of the one
@@ -213,7 +219,8 @@ def _check_lanes(cache, f, tangents):
 
 
 # --- jacobian ---------------------------------------------------------------------------------
-def jacobian(f, mode="auto", chunk_size=None, argnums=0):
+def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None = None,
+             argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
     """The Jacobian of ``f`` with respect to its argument(s) ``argnums``.
 
     ``mp.jacobian(f)(x)`` has shape ``y.shape + x.shape``. ``mode="forward"`` pushes the basis

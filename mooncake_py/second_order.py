@@ -7,6 +7,7 @@ and the gradient comes back as a dual whose tangent is ``H·v``. ``hessian`` doe
 if an op fails here, the fix is in its frule or its pullback.
 """
 import functools
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from . import array_module as am
 from .api import value_and_grad, _norm_argnums, _fname, is_float_leaf
 from .caches import CacheSpec
 from .config import current_config
-from .errors import TangentError
+from .errors import NonDifferentiableInputError, TangentError
 from .forward_api import _seed, _result
 from .pytree import flatten
 
@@ -57,7 +58,8 @@ def _split_v(f, argnums, v):
     return tuple(v)
 
 
-def hvp(f, argnums=0, lanes=False, has_aux=False):
+def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = False,
+        has_aux: bool = False) -> Callable[..., Any]:
     """Hessian-vector product by forward-over-reverse: ``mp.hvp(f)(*args, v)``.
 
     ``v`` (the last positional argument) is a direction shaped like the differentiated argument,
@@ -120,6 +122,12 @@ def _hessian_rows(f, nums, args, kwargs, chunk_size):
     n = int(offsets[-1])
     dtype = np.result_type(*[getattr(l, "dtype", np.float64) for _, _, l in leaves]) if leaves \
         else np.float64
+    if np.dtype(dtype).kind == "c":
+        raise NonDifferentiableInputError(
+            f"hessian of {_fname(f)}: a complex argument has no Hessian in the (N, N) layout "
+            "used here (over C treated as R² it is a 2N x 2N real matrix). Use mp.hvp(f)(z, v) "
+            "with complex directions v (it applies that R² Hessian to (Re v, Im v) and returns "
+            "the result as a complex array), or take the Hessian of f in (Re z, Im z).")
     xp = am.module_of(*[leaf for _, _, leaf in leaves], what=f"the Hessian of {_fname(f)}")
     k = _chunk(n, np.dtype(dtype).itemsize, chunk_size)
     H = xp.empty((n, n), dtype=dtype)
@@ -166,7 +174,8 @@ def _hessian_blocks(args, nums, H, leaves, offsets, single):
     return blocks[0][0] if single else blocks
 
 
-def hessian(f, argnums=0, chunk_size=None):
+def hessian(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
+            chunk_size: int | None = None) -> Callable[..., Any]:
     """The Hessian of a scalar function by forward-over-reverse, ``chunk_size`` directions a sweep.
 
     For one array argument of shape ``s`` the result has shape ``s + s``. For a tuple
@@ -212,7 +221,7 @@ class HessianCache:
         self.chunk_size = chunk_size
 
 
-def prepare_hvp_cache(f, *args):
+def prepare_hvp_cache(f: Callable[..., Any], *args: Any) -> HVPCache:
     """Prepare Hessian-vector products of ``f`` at arguments shaped like ``args``.
 
     Example:
@@ -227,7 +236,8 @@ def prepare_hvp_cache(f, *args):
     return HVPCache(f, args)
 
 
-def value_and_hvp(cache, f, v, *args):
+def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
+                  *args: Any) -> tuple[Any, Any, Any]:
     """``(f(*args), ∇f, ∇²f·v)`` for every float argument.
 
     With one argument ``v`` is shaped like it; with several, ``v`` is a tuple with one direction
@@ -256,7 +266,8 @@ def _full(n, nums, items):
     return tuple(out)
 
 
-def prepare_hessian_cache(f, *args, chunk_size=None):
+def prepare_hessian_cache(f: Callable[..., Any], *args: Any,
+                          chunk_size: int | None = None) -> HessianCache:
     """Prepare Hessians of ``f`` at arguments shaped like ``args``; see :func:`hessian`.
 
     Example:
@@ -271,7 +282,8 @@ def prepare_hessian_cache(f, *args, chunk_size=None):
     return HessianCache(f, args, chunk_size)
 
 
-def value_gradient_and_hessian(cache, f, *args):
+def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
+                               *args: Any) -> tuple[Any, Any, Any]:
     """``(f(*args), ∇f, ∇²f)``; with several float arguments the gradient is a tuple and the
     Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``."""
     cache.spec.check(f, args)

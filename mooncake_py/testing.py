@@ -38,7 +38,35 @@ def _perturbed(tree, leaves, pos, dirs, h):
 
 
 def _inner(a, b):
-    return float(np.sum(np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)))
+    """``Re Σ conj(a)·b``: the real inner product, C treated as R²."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "c" or b.dtype.kind == "c":
+        return float(np.real(np.sum(np.conjugate(a.astype(np.complex128)) *
+                                    b.astype(np.complex128))))
+    return float(np.sum(a.astype(np.float64) * b.astype(np.float64)))
+
+
+def _normal(shape, like, rng):
+    """Standard normal numbers of ``shape``: complex ones (real and imaginary parts each
+    standard normal) where ``like`` is complex, so that every real coordinate is perturbed."""
+    d = rng.standard_normal(shape)
+    if getattr(like, "dtype", None) is not None and like.dtype.kind == "c" or \
+            type(like) is complex:
+        d = d + 1j * rng.standard_normal(shape)
+    return d
+
+
+def _sq(d):
+    return np.abs(d) ** 2
+
+
+def _real_vector(o):
+    """A value as a float64 vector over R: real and imaginary parts for a complex one."""
+    a = np.asarray(o)
+    if a.dtype.kind == "c":
+        return np.concatenate([np.ravel(a.real).astype(np.float64),
+                               np.ravel(a.imag).astype(np.float64)])
+    return np.ravel(a.astype(np.float64))
 
 
 def _fd_best(phi, analytic, rtol, atol):
@@ -54,7 +82,8 @@ def _fd_best(phi, analytic, rtol, atol):
 
 
 def _tolerances(leaves, rtol, atol):
-    low = any(getattr(l, "dtype", np.float64) in (np.float32, np.float16) for l in leaves)
+    low = any(getattr(l, "dtype", np.float64) in (np.float32, np.float16, np.complex64)
+              for l in leaves)
     return (rtol if rtol is not None else (2e-2 if low else 1e-5),
             atol if atol is not None else (1e-3 if low else 1e-7))
 
@@ -77,10 +106,11 @@ def _setup(fn, args, kwargs, rtol, atol):
 def _random_cotangent(y, rng):
     """A random cotangent for output ``y``: ``(leaves, treedef)`` (zeros for non-float leaves)."""
     outs, otree = flatten(y)
-    ybar = [rng.standard_normal(np.shape(o)).astype(getattr(o, "dtype", np.float64))
+    ybar = [_normal(np.shape(o), o, rng).astype(getattr(o, "dtype", np.result_type(o)))
             if is_float_leaf(o) else np.zeros(np.shape(o)) for o in outs]
     if not isinstance(y, (tuple, list, dict)) and np.ndim(y) == 0:
-        ybar = [np.asarray(ybar[0]).astype(getattr(outs[0], "dtype", np.float64))[()]]
+        ybar = [np.asarray(ybar[0]).astype(getattr(outs[0], "dtype",
+                                                  np.result_type(outs[0])))[()]]
     return ybar, otree
 
 
@@ -101,8 +131,8 @@ def _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng):
     cots = pullback(otree.unflatten(ybar))
     cot_by_arg = _cotangents_by_leaf(args, cots)
     for _ in range(ndirs):
-        dirs = [rng.standard_normal(np.shape(leaves[i])) for i in pos]
-        norm = np.sqrt(sum(np.sum(d * d) for d in dirs)) or 1.0
+        dirs = [_normal(np.shape(leaves[i]), leaves[i], rng) for i in pos]
+        norm = np.sqrt(sum(np.sum(_sq(d)) for d in dirs)) or 1.0
         dirs = [d / norm for d in dirs]
         analytic = sum(_inner(cot_by_arg[i], d) for i, d in zip(pos, dirs)
                        if cot_by_arg[i] is not None)
@@ -202,16 +232,16 @@ test_rule.__test__ = False  # not a pytest test despite its name
 def _random_like(x, lanes, rng):
     """A random direction for float leaf ``x`` (unit norm per lane), in ``x``'s dtype."""
     shape = tuple(np.shape(x))
-    dt = getattr(x, "dtype", np.dtype(np.float64))
-    d = rng.standard_normal(((lanes,) if lanes else ()) + shape)
-    norm = np.sqrt(np.sum(d * d, axis=tuple(range(1 if lanes else 0, d.ndim)), keepdims=True))
+    dt = getattr(x, "dtype", np.result_type(x))
+    d = _normal(((lanes,) if lanes else ()) + shape, x, rng)
+    norm = np.sqrt(np.sum(_sq(d), axis=tuple(range(1 if lanes else 0, d.ndim)), keepdims=True))
     return (d / np.where(norm == 0, 1.0, norm)).astype(dt)
 
 
 def _flat_floats(tree_obj):
     """The float leaves of an output, concatenated into one float64 vector."""
-    return np.concatenate([np.ravel(np.asarray(o, dtype=np.float64))
-                           for o in flatten(tree_obj)[0] if is_float_leaf(o)] or [np.zeros(0)])
+    return np.concatenate([_real_vector(o) for o in flatten(tree_obj)[0] if is_float_leaf(o)]
+                          or [np.zeros(0)])
 
 
 def _fd_vector(phi, analytic, rtol, atol):
@@ -264,7 +294,7 @@ def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
                     f"and the output's dtype {getattr(o, 'dtype', None)}.")
         for l in range(lanes or 1):
             dl = [_lane(dirs[i], l, lanes) for i in pos]
-            analytic = np.concatenate([np.ravel(np.asarray(_lane(d, l, lanes), dtype=np.float64))
+            analytic = np.concatenate([_real_vector(_lane(d, l, lanes))
                                        for o, d in zip(outs, douts) if is_float_leaf(o)]
                                       or [np.zeros(0)])
 
@@ -282,8 +312,8 @@ def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
                           if is_float_leaf(o))
                 rev = sum(_inner(cot_by_leaf[i], d) for i, d in zip(pos, dl)
                           if cot_by_leaf[i] is not None)
-                scale = (sum(float(np.sum(np.abs(np.asarray(b, dtype=np.float64) *
-                                                 np.asarray(_lane(d, l, lanes), dtype=np.float64))))
+                scale = (sum(float(np.sum(np.abs(np.asarray(b) *
+                                                 np.asarray(_lane(d, l, lanes)))))
                              for b, o, d in zip(ybar, outs, douts) if is_float_leaf(o)) + 1e-300)
                 tol = 1e-4 if rtol > 1e-4 else 1e-9
                 if abs(fwd - rev) > tol * scale + atol:
@@ -307,25 +337,33 @@ def _check_forward_over_reverse(fn, args, kwargs, rtol, atol, rng):
     tag = Tag(0)
     dual_leaves = list(leaves)
     for i, d in zip(pos, dirs):
-        x = np.float64(leaves[i]) if type(leaves[i]) is float else leaves[i]
+        x = np.float64(leaves[i]) if type(leaves[i]) is float else \
+            np.complex128(leaves[i]) if type(leaves[i]) is complex else leaves[i]
         dual_leaves[i] = DualArray(x, d, tag)
     got = cotangents(tree.unflatten(dual_leaves))
     analytic = np.concatenate([
-        np.ravel(np.asarray(c._tangent if type(c) is DualArray and c._tag is tag
-                            else np.zeros(np.shape(leaves[i])), dtype=np.float64))
+        _real_vector(_as_leaf_kind(c._tangent if type(c) is DualArray and c._tag is tag
+                                   else np.zeros(np.shape(leaves[i])), leaves[i]))
         for i, c in zip(pos, got)])
 
     def phi(h):
         cs = cotangents(_perturbed(tree, leaves, pos, dirs, h))
-        return np.concatenate([np.ravel(np.asarray(0.0 if c is None else c, dtype=np.float64)
-                                        * np.ones(np.shape(leaves[i])))
-                               for i, c in zip(pos, cs)])
+        return np.concatenate([_real_vector(_as_leaf_kind(
+            (0.0 if c is None else np.asarray(c)) * np.ones(np.shape(leaves[i])), leaves[i]))
+            for i, c in zip(pos, cs)])
     est, err, ok = _fd_vector(phi, analytic, rtol, atol)
     if not ok:
         raise AssertionError(
             f"test_rule({_describe(fn)}): the pullback run on dual numbers (forward-over-reverse, "
             f"as hvp does) disagrees with finite differences of the pullback: error {err:.3g}, "
             f"|finite differences| = {np.linalg.norm(est):.3g} (rtol={rtol}, atol={atol}).")
+
+
+def _as_leaf_kind(v, leaf):
+    """``v`` as complex where ``leaf`` is complex (so both sides have the same R coordinates)."""
+    if type(leaf) is complex or getattr(getattr(leaf, "dtype", None), "kind", "") == "c":
+        return np.asarray(v, dtype=np.complex128)
+    return v
 
 
 def check_grads(f, *args, rtol=None, atol=None, ndirs=3, seed=0):
@@ -347,8 +385,8 @@ def check_grads(f, *args, rtol=None, atol=None, ndirs=3, seed=0):
         full[i] = g
     g_by_leaf = _cotangents_by_leaf(args, full)
     for _ in range(ndirs):
-        dirs = [rng.standard_normal(np.shape(leaves[i])) for i in pos]
-        norm = np.sqrt(sum(np.sum(d * d) for d in dirs)) or 1.0
+        dirs = [_normal(np.shape(leaves[i]), leaves[i], rng) for i in pos]
+        norm = np.sqrt(sum(np.sum(_sq(d)) for d in dirs)) or 1.0
         dirs = [d / norm for d in dirs]
         analytic = sum(_inner(g_by_leaf[i], d) for i, d in zip(pos, dirs)
                        if g_by_leaf[i] is not None)

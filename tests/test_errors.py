@@ -30,7 +30,7 @@ def test_integer_output():
         mp.grad(lambda x: np.argmax(x))(np.ones(3))
 
 
-@pytest.mark.parametrize("bad", [np.arange(3), 3, True, np.array(["a"]), "x", np.ones(2, complex)])
+@pytest.mark.parametrize("bad", [np.arange(3), 3, True, np.array(["a"]), "x"])
 def test_non_differentiable_inputs(bad):
     with pytest.raises(mp.NonDifferentiableInputError, match="argument 0"):
         mp.grad(lambda x: np.sum(x))(bad)

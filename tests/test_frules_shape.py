@@ -38,7 +38,7 @@ FAMILY = [np.reshape, np.ravel, np.squeeze, np.expand_dims, np.broadcast_to, np.
           np.flip, np.fliplr, np.flipud, np.rot90, np.roll, np.concatenate, np.stack, np.hstack,
           np.vstack, np.dstack, np.column_stack, np.append, np.split, np.array_split, np.hsplit,
           np.vsplit, np.dsplit, np.unstack, np.tile, np.repeat, np.diag, np.diagonal, np.triu,
-          np.tril, np.pad, np.copy, np.real, np.conjugate]
+          np.tril, np.pad, np.copy]
 
 
 @pytest.mark.parametrize("fn", FAMILY, ids=lambda f: f.__name__)

@@ -43,9 +43,12 @@ def _scatter_add(primals, tangents):
 def _astype(primals, tangents):
     x, dtype = primals
     out = astype(x, dtype)
-    if np.dtype(dtype).kind != "f":
+    kind, dx = np.dtype(dtype).kind, tangents[0]
+    if kind not in "fc" or dx is None:
         return out, None
-    return out, astype(tangents[0], dtype)
+    if kind == "f" and dx.dtype.kind == "c":  # complex to real keeps the real part
+        dx = np.real(dx)
+    return out, astype(dx, dtype)
 
 
 # --- selection --------------------------------------------------------------------------------

@@ -26,18 +26,22 @@ from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like, zero_tangent
 from ..rules.registry import FRULES, FRULE_LANES, ZERO_DERIVATIVE, COMPOSITES, fn_name
+from ..rules.complex import check_complex_call, has_complex
 from ..rules.derivative_table import load_for
 
 _SEQ = (list, tuple)
 
 
 class Tag:
-    """One forward-mode transformation: its nesting level and its lane count (0: no lanes)."""
-    __slots__ = ("level", "lanes")
+    """One forward-mode transformation: its nesting level and its lane count (0: no lanes).
+    ``complex``: whether a complex value has been perturbed by it; from then on every op checks
+    that its rule holds for the complex values it is given (real-only tags never pay for it)."""
+    __slots__ = ("level", "lanes", "complex")
 
     def __init__(self, lanes=0):
         self.level = new_level()
         self.lanes = lanes
+        self.complex = False
 
     def __repr__(self):
         return f"Tag(level={self.level}, lanes={self.lanes})"
@@ -177,7 +181,7 @@ def _like(d, func, args, kwargs):
             kwargs = dict(kwargs, fill_value=np.zeros((), fill.dtype)[()])
     out = call_like(func, args, kwargs, d._value)
     dt = getattr(out, "dtype", None)
-    if dt is None or dt.kind != "f":
+    if dt is None or dt.kind not in "fc":
         return out
     b = DualArray(out, zero_tangent(out, tag.lanes), tag)
     if fill is not None:
@@ -215,6 +219,8 @@ def _apply(tag, fn, args, kwargs):
         else:
             primals.append(a)
             tangents.append(None)
+    if tag.complex and has_complex(primals):
+        check_complex_call(fn)
     rule = FRULES.get(fn)
     if rule is None:
         mutator = MUTATORS.get(fn) or COMPOSITES.get(fn)
@@ -339,8 +345,8 @@ def _stack_lanes(per_lane, out):
 def _is_float(x):
     dt = getattr(x, "dtype", None)
     if dt is not None:
-        return dt.kind == "f"
-    return type(x) is float
+        return dt.kind in "fc"
+    return type(x) is float or type(x) is complex
 
 
 def _wrap(fn, out, tout, tag):
@@ -355,6 +361,8 @@ def _wrap(fn, out, tout, tag):
         if dt is None:
             tout = np.asarray(tout, dtype=odt)[()]
         elif dt != odt:
+            if dt.kind == "c":
+                raise RuleError(_complex_tangent_message(fn, odt))
             tout = tout.astype(odt)
         if _DEBUG.get().debug_mode:
             _check_tangent(fn, out, tout, tag)
@@ -362,7 +370,32 @@ def _wrap(fn, out, tout, tag):
     if isinstance(out, (tuple, list)):
         wrapped = [_wrap(fn, o, t, tag) for o, t in zip(out, tout)]
         return type(out)(*wrapped) if hasattr(out, "_fields") else type(out)(wrapped)
+    if (odt is not None and odt.kind == "c") or type(out) is complex:
+        check_complex_call(fn)
+        tag.complex = True
+        out = np.complex128(out) if odt is None else out
+        odt = out.dtype
+        dt = getattr(tout, "dtype", None)
+        if dt is None:
+            tout = np.asarray(tout, dtype=odt)[()]
+        elif dt != odt:
+            tout = tout.astype(odt)
+        if _DEBUG.get().debug_mode:
+            _check_tangent(fn, out, tout, tag)
+        return DualArray(out, tout, tag)
+    if odt is not None and odt.kind in "OSUVMm":
+        raise MissingRuleError(
+            f"{fn_name(fn).replace('numpy.', 'np.')} returned a value of dtype {odt} from dual "
+            "inputs: forward mode carries derivatives through floating-point and complex values "
+            "only, so this one would silently lose its derivative. Keep the computation in float "
+            "or complex arrays, or use mp.stop_gradient(...) on a value meant to be a constant.")
     return out
+
+
+def _complex_tangent_message(fn, odt):
+    return (f"the frule of {fn_name(fn)} returned a complex tangent for a real output of dtype "
+            f"{odt}: the tangent of a real value is real. Take the real part in the rule (a "
+            "real-valued function of complex z has tangent Re(...)).")
 
 
 def _check_tangent(fn, out, tout, tag):
@@ -384,7 +417,9 @@ def _validate(x, v, lanes, what="x"):
     dt = getattr(x, "dtype", None)
     if type(x) is float:
         dt = np.dtype(np.float64)
-    if dt is None or dt.kind != "f":
+    elif type(x) is complex:
+        dt = np.dtype(np.complex128)
+    if dt is None or dt.kind not in "fc":
         raise NonDifferentiableInputError(
             f"{what} is a {type(x).__name__}{'' if dt is None else f' with dtype {dt}'}, which has "
             "no derivative, but a tangent was given for it. Make it floating point "
@@ -392,7 +427,9 @@ def _validate(x, v, lanes, what="x"):
     vdt = getattr(v, "dtype", None)
     if type(v) in (float, int) and not isinstance(v, bool):
         vdt = dt
-    if vdt is None or vdt.kind != "f":
+    elif type(v) is complex and dt.kind == "c":
+        vdt = dt
+    if vdt is None or vdt.kind not in "fc":
         raise TangentError(
             f"the tangent of {what} is a {type(v).__name__}"
             f"{'' if vdt is None else f' with dtype {vdt}'}; it must be a floating-point array "
@@ -417,6 +454,8 @@ def _validate(x, v, lanes, what="x"):
 def _as_value(x, dtype=None):
     if type(x) is float or type(x) is int:
         return np.float64(x) if dtype is None else dtype.type(x)
+    if type(x) is complex:
+        return np.complex128(x) if dtype is None else dtype.type(x)
     return x
 
 
@@ -444,6 +483,8 @@ def dual(x, v, *, lanes=False, like=None):
         tag = Tag(k)
     _validate(x, v, k)
     x = _as_value(x)
+    if x.dtype.kind == "c":
+        tag.complex = True
     return DualArray(x, _as_value(v, np.dtype(getattr(x, "dtype", np.float64))), tag)
 
 

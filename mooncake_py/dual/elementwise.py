@@ -31,6 +31,7 @@ from ..rules.elementwise import ew_pullback
 from ..rules.broadcasting import shape_of
 from ..rules.lanes import align
 from ..rules.registry import FRULES, FRULE_LANES
+from ..rules.complex import abs_frule
 from . import codegen, kernels_gpu
 
 # Elements below which the NumPy composition path is used. benchmarks/kernels.py measures the
@@ -445,3 +446,6 @@ def _register(entries):
         FRULE_LANES.add(e.ufunc)
 FRULES[ew_pullback] = _lane_wrapper(_pullback_native)
 FRULE_LANES.add(ew_pullback)
+
+# |z| of a complex z is not holomorphic: complex inputs take rules.complex's frule (NumPy only).
+FRULES[np.absolute] = _lane_wrapper(abs_frule(FRULES[np.absolute]._mc_native))

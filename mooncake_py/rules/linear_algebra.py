@@ -263,17 +263,24 @@ def _vdot(needs, a, b):
     need = _need2(needs)
 
     def pullback(g):  # vdot flattens both operands (in C order)
-        return _pad(needs, np.reshape(g * b, shape_of(a)) if need[0] else None,
+        # y = Σ conj(a)·b, so for the inner product Re Σ conj(u)·v: ā = conj(ȳ)·b, b̄ = ȳ·a
+        return _pad(needs, np.reshape(_conj(g) * b, shape_of(a)) if need[0] else None,
                     np.reshape(g * a, shape_of(b)) if need[1] else None)
     return y, pullback
+
+
+def _conj(x):
+    """``conj(x)``, skipped for real ``x``."""
+    return np.conjugate(x) if _dtype(x).kind == "c" else x
 
 
 @frule(np.vdot, lanes=True)
 def _vdot_f(primals, tangents):
     (a, b), (da, db) = primals, tangents
     flat = (lambda t: np.reshape(t, (nlanes(t), -1)))  # each lane flattened, as vdot does
-    return np.vdot(a, b), _addt(None if da is None else np.matmul(flat(da), np.reshape(b, (-1,))),
-                                None if db is None else np.matmul(flat(db), np.reshape(a, (-1,))))
+    return np.vdot(a, b), _addt(
+        None if da is None else np.matmul(_conj(flat(da)), np.reshape(b, (-1,))),
+        None if db is None else np.matmul(flat(db), np.reshape(_conj(a), (-1,))))
 
 
 def _outer_rule(fn):
@@ -603,16 +610,33 @@ def _det_f(primals, tangents):
 def _slogdet(a):
     res = np.linalg.slogdet(a)
 
+    if _dtype(a).kind == "c":
+        return res, _complex_slogdet_pullback(a, res[0])
+
     def pullback(gs):
         _, glogabs = gs  # the sign is piecewise constant
         return (_as_matrix_scalar(glogabs) * _mT(np.linalg.inv(a)),)
     return res, pullback
 
 
+def _complex_slogdet_pullback(a, sign):
+    """With t = tr(A⁻¹·dA): d logabsdet = Re t and d sign = sign·i·Im t, so the cotangent is
+    w·A⁻ᴴ with w = l̄ − i·Im(conj(s̄)·sign)."""
+    def pullback(gs):
+        gsign, glogabs = gs
+        w = glogabs - 1j * np.imag(np.conjugate(gsign) * sign)
+        return (_as_matrix_scalar(w) * np.conjugate(_mT(np.linalg.inv(a))),)
+    return pullback
+
+
 @frule(np.linalg.slogdet, lanes=True)
 def _slogdet_f(primals, tangents):
     (a,), (da,) = primals, tangents
-    return np.linalg.slogdet(a), (None, _tr_inv_times(a, da))  # the sign is piecewise constant
+    res = np.linalg.slogdet(a)
+    if _dtype(a).kind == "c":
+        t = _tr_inv_times(a, da)
+        return res, (res[0] * 1j * np.imag(t), np.real(t))
+    return res, (None, _tr_inv_times(a, da))  # the sign is piecewise constant
 
 
 _PHI_MASKS = {}  # host masks by (n, dtype): rebuilding one costs as much as a small solve

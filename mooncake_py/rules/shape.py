@@ -182,25 +182,7 @@ def _copy_f(dx, y, a, *args, **kw):
     return np.copy(dx)
 
 
-# Real inputs only (complex numbers are not supported): the real part and conjugate are x itself.
-@linear_in_first(np.real)
-def _real(val):
-    return np.real(val), lambda g: g
-
-
-@linear_frule(np.real)
-def _real_f(dx, y, val):
-    return np.real(dx)
-
-
-if np.conjugate not in RRULES:
-    @linear_in_first(np.conjugate)
-    def _conjugate(x, **kw):
-        return np.conjugate(x, **kw), lambda g: g
-
-    @linear_frule(np.conjugate)
-    def _conjugate_f(dx, y, x, **kw):
-        return np.conjugate(dx)
+# (np.real, np.imag, np.conjugate: rules/complex.py)
 
 
 # --- reshaping ------------------------------------------------------------------------------------
@@ -810,8 +792,7 @@ def _pad_f(primals, tangents, **kwargs):
 # tracked or dual buffer that tracked values can be written into.)
 for _f in [np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.nonzero,
            np.count_nonzero, np.searchsorted, np.argwhere, np.flatnonzero, np.any, np.all,
-           np.result_type, np.iscomplexobj, np.isrealobj, np.may_share_memory, np.shares_memory,
-           np.imag]:
+           np.result_type, np.iscomplexobj, np.isrealobj, np.may_share_memory, np.shares_memory]:
     zero_derivative(_f)
 
 

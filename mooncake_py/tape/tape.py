@@ -22,6 +22,8 @@ from ..config import current_config
 from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
+from ..rules.complex import (HOLOMORPHIC, HolomorphicPullback, RealParts, check_complex_call,
+                             has_complex, real_inputs)
 from ..rules.derivative_table import load_for
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
@@ -74,19 +76,21 @@ class Tape:
     # --- recording ----------------------------------------------------------------------------
     def track(self, x):
         """Start recording ``x`` (float array, NumPy float, Python float, or a dual array)."""
-        if isinstance(x, (float, int)) and not isinstance(x, bool):
+        if isinstance(x, (float, int, complex)) and not isinstance(x, bool):
             if isinstance(x, int):
                 raise NonDifferentiableInputError(
                     f"cannot track the Python int {x!r}: derivatives need floating-point inputs. "
                     "Pass a float (e.g. 2.0) or a float array.")
-            x = np.float64(x)
+            x = np.complex128(x) if isinstance(x, complex) else np.float64(x)
         dt = getattr(x, "dtype", None)
-        if dt is None or dt.kind != "f":
+        if dt is None or dt.kind not in "fc":
             raise NonDifferentiableInputError(
                 f"cannot track a value of type {type(x).__name__}"
-                f"{'' if dt is None else f' with dtype {dt}'}: derivatives are defined for real "
-                "floating-point arrays and numbers only. Convert it with x.astype(float), or pass "
-                "it as a constant (outside argnums).")
+                f"{'' if dt is None else f' with dtype {dt}'}: derivatives are defined for "
+                "floating-point and complex arrays and numbers only. Convert it with "
+                "x.astype(float), or pass it as a constant (outside argnums).")
+        if dt.kind == "c":
+            self._go_complex()
         return self._new(x, None, None)
 
     def _new(self, value, pullback, parents, fn=None):
@@ -128,19 +132,20 @@ class Tape:
             ta = type(a) is TrackedArray and a._tape is self
             tb = type(b) is TrackedArray and b._tape is self
             if (ta or type(a) not in _SEQ) and (tb or type(b) not in _SEQ) and (ta or tb):
-                out, pullback = rule((a._value if ta else a, b._value if tb else b), kwargs,
-                                     _NEEDS2[ta, tb])
+                vals = (a._value if ta else a, b._value if tb else b)
+                out, pullback = rule(vals, kwargs, _NEEDS2[ta, tb])
                 if pullback is None:
                     return out
                 return self._wrap(fn, out, pullback,
-                                  (a._node if ta else None, b._node if tb else None))
+                                  (a._node if ta else None, b._node if tb else None), vals)
         elif n == 1:
             a = args[0]
             if type(a) is TrackedArray and a._tape is self:
-                out, pullback = rule((a._value,), kwargs, _NEEDS1)
+                vals = (a._value,)
+                out, pullback = rule(vals, kwargs, _NEEDS1)
                 if pullback is None:
                     return out
-                return self._wrap(fn, out, pullback, (a._node,))
+                return self._wrap(fn, out, pullback, (a._node,), vals)
         vals, parents, needs = [], [], []
         tracked = False
         for a in args:
@@ -164,7 +169,7 @@ class Tape:
         out, pullback = rule(vals, kwargs, tuple(needs))
         if pullback is None:
             return out
-        return self._wrap(fn, out, pullback, tuple(parents))
+        return self._wrap(fn, out, pullback, tuple(parents), vals)
 
     def _unwrap(self, a):
         if type(a) is TrackedArray and a._tape is self:
@@ -173,7 +178,7 @@ class Tape:
             return type(a)(self._unwrap(b) for b in a)
         return a
 
-    def _wrap(self, fn, out, pullback, parents):
+    def _wrap(self, fn, out, pullback, parents, vals):
         if _is_float(out):
             if type(out) is float:
                 out = np.float64(out)
@@ -182,12 +187,38 @@ class Tape:
                 self._pullbacks[-1] = _checked(fn, pullback, parents, self._meta)
             return t
         if isinstance(out, (tuple, list)):
-            return self._wrap_multi(fn, out, pullback, parents)
+            return self._wrap_multi(fn, out, pullback, parents, vals)
+        kind = _kind(out)
+        if kind == "c":
+            out = np.complex128(out) if type(out) is complex else out
+            t = self._new(out, self._complex_pullback(fn, pullback, parents, vals), parents, fn)
+            if self._debug:
+                self._pullbacks[-1] = _checked(fn, self._pullbacks[-1], parents, self._meta)
+            return t
+        if kind in _NO_DERIVATIVE_KINDS:
+            raise MissingRuleError(_kind_message(fn, out))
         return out
 
-    def _wrap_multi(self, fn, outs, pullback, parents):
+    def _complex_pullback(self, fn, pullback, parents, vals):
+        """The pullback of an op with a complex output, for the inner product Re Σ conj(a)·b
+        (see rules/complex.py); from here on the tape checks every op's complex inputs."""
+        check_complex_call(fn)
+        self._go_complex()
+        if fn in HOLOMORPHIC:
+            pullback = HolomorphicPullback(pullback)
+        real = real_inputs(parents, vals)
+        return pullback if real is None else RealParts(pullback, real)
+
+    def _go_complex(self):
+        cls = _COMPLEX_CLASS.get(type(self))
+        if cls is not None:
+            self.__class__ = cls
+
+    def _wrap_multi(self, fn, outs, pullback, parents, vals):
         """Several outputs (split, slogdet, eigh): one node for the op, one projection per output."""
         templates = tuple(outs)
+        if any(_kind(o) == "c" for o in outs):
+            pullback = self._complex_pullback(fn, pullback, parents, vals)
 
         def multi_pullback(gs):
             return pullback(tuple(np.zeros_like(innermost(o)) if g is None else g
@@ -195,7 +226,7 @@ class Tape:
         op = self._new(None, multi_pullback, parents, fn)
         wrapped = []
         for k, o in enumerate(outs):
-            if _is_float(o):
+            if _kind(o) in "fc":
                 wrapped.append(self._new(o, _Projection(k, len(outs)), (op._node,)))
             else:
                 wrapped.append(o)
@@ -218,8 +249,8 @@ class Tape:
         """
         if _SWEEPING.get() > self._level:
             raise ReverseOverReverseError(_ROR_MESSAGE.format(fn="an in-place write"))
-        if type(self) is Tape:
-            self.__class__ = MutatingTape
+        if not isinstance(self, MutatingTape):
+            self.__class__ = ComplexMutatingTape if isinstance(self, ComplexTape) else MutatingTape
             self._last_write, self._writes, self._max_write = {}, [], -1
         self._fresh(h, "write into")
         vv, vnode = self._operand(value)
@@ -273,7 +304,7 @@ class Tape:
                 any(_holds_tracked(v, self) for v in kwargs.values()):
             return func(*args, **kwargs)  # e.g. np.array([x, y], like=z): NumPy's own error
         out = call_like(func, args, kwargs, handle._value)
-        if not _is_float(out):
+        if _kind(out) not in "fc":
             return out
         t = self._new(out, None, None, func)
         if fill is not None:
@@ -501,6 +532,8 @@ class MutatingTape(Tape):
                 gv = np.copy(gv)  # a view of g, which is zeroed in place below
             vdt = wn.vdtype
             if vdt is not None and gv.dtype != vdt:
+                if vdt.kind == "f" and gv.dtype.kind == "c":  # a real value in a complex buffer
+                    gv = np.real(gv)
                 gv = gv.astype(vdt)
             _accumulate(cts, owned, vnode, gv)
         pb = self._pullbacks[prev]
@@ -514,6 +547,27 @@ class MutatingTape(Tape):
             owned.add(prev)
         else:
             _accumulate(cts, owned, prev, g)
+
+
+class _ComplexChecks:
+    """A tape that has seen a complex value checks, on each op, that the op's rule holds for the
+    complex values it is given (rules/complex.py); real-only tapes never pay for it."""
+
+    def record(self, fn, args, kwargs):
+        if has_complex(args) or (kwargs and has_complex(kwargs.values())):
+            check_complex_call(fn)
+        return super().record(fn, args, kwargs)
+
+
+class ComplexTape(_ComplexChecks, Tape):
+    """A :class:`Tape` that has recorded a complex value."""
+
+
+class ComplexMutatingTape(_ComplexChecks, MutatingTape):
+    """A :class:`MutatingTape` that has recorded a complex value."""
+
+
+_COMPLEX_CLASS = {Tape: ComplexTape, MutatingTape: ComplexMutatingTape}
 
 
 class _Rearranged:
@@ -564,7 +618,7 @@ def _size(shape):
 
 def _float_dtype(v):
     dt = getattr(v, "dtype", None)
-    return dt if dt is not None and dt.kind == "f" else None
+    return dt if dt is not None and dt.kind in "fc" else None
 
 
 def _has_int_array(key):
@@ -671,7 +725,7 @@ def _accumulate(cts, owned, p, g):
     cts[p] = _add(cur, g)
 
 
-_NP_SCALARS = (np.float64, np.float32, np.float16)
+_NP_SCALARS = (np.float64, np.float32, np.float16, np.complex128, np.complex64)
 
 
 def _plain(v):
@@ -734,6 +788,27 @@ def _is_float(out):
     return type(out) is float
 
 
+def _kind(out):
+    """The dtype kind of a rule's output ("f" for a Python float, "c" for a complex)."""
+    dt = getattr(out, "dtype", None)
+    if dt is not None:
+        return getattr(dt, "kind", "")
+    t = type(out)
+    return "f" if t is float else "c" if t is complex else ""
+
+
+# Outputs of these kinds from a tracked op with a pullback cannot be carried by the tape.
+_NO_DERIVATIVE_KINDS = frozenset("OSUVMm")
+
+
+def _kind_message(fn, out):
+    return (f"{fn_name(fn).replace('numpy.', 'np.')} returned a value of dtype {out.dtype} from "
+            "tracked inputs: the tape carries derivatives through floating-point and complex "
+            "values only, so this one would silently lose its derivative. Keep the computation "
+            "in float or complex arrays, or wrap the value in mp.stop_gradient(...) first if it "
+            "is meant to be a constant.")
+
+
 def _call(fn, args, kwargs):
     if type(fn) is tuple:
         return getattr(fn[0], fn[1])(*args, **kwargs)
@@ -777,11 +852,12 @@ def _checked(fn, pullback, parents, meta):
                 shp, dt = meta[q]
                 gshape = tuple(getattr(gq, "shape", np.shape(gq)))
                 gdt = getattr(gq, "dtype", None)
-                if gshape != tuple(shp) or (gdt is not None and gdt.kind != "f"):
+                kinds = "fc" if dt is not None and dt.kind == "c" else "f"
+                if gshape != tuple(shp) or (gdt is not None and gdt.kind not in kinds):
                     raise RuleError(
                         f"the rrule of {fn_name(fn)} returned a cotangent for argument {k} with "
                         f"shape {gshape} and dtype {gdt}; the argument has shape {tuple(shp)} and "
                         f"dtype {dt}. Undo broadcasting (sum over broadcast axes) and keep a "
-                        "floating dtype.")
+                        "floating dtype (complex only for a complex argument).")
         return gs
     return checked

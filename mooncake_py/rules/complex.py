@@ -1,0 +1,314 @@
+"""Complex numbers: which rules hold for complex values, and the rules of the non-holomorphic ops.
+
+Convention: C is treated as R². Cotangents pair with tangents through the real inner product
+``⟨a, b⟩ = Re Σ conj(a)·b``, so the gradient of a real ``f`` with respect to ``z`` is
+``∂f/∂Re z + i·∂f/∂Im z`` (PyTorch's convention; JAX returns its complex conjugate).
+
+Three kinds of functions carry complex values correctly:
+
+- *structural* ones (reshape, indexing, concatenate, ...): they move entries around with real
+  coefficients, so the pullback written for real arrays is also right for complex ones;
+- *holomorphic* ones (``+ - * /``, exp, matmul, solve, sum, ...): their rules compute ``J·ẋ`` and
+  ``Jᵀ·ȳ`` by algebraic formulas, right as they are in forward mode; in reverse mode the adjoint
+  for the real inner product is ``conj(Jᵀ·conj(ȳ))``, which :class:`HolomorphicPullback` builds
+  around the rule's pullback (two conjugations, paid by complex values only);
+- *explicit* ones, whose rules below (or elsewhere) handle complex inputs themselves: abs,
+  angle, real, imag, conj, astype, vdot, slogdet, the FFTs.
+
+Everything else refuses complex values with a :class:`~mooncake_py.errors.MissingRuleError`
+naming the function (the tape and the dual layer call :func:`check_complex_call`), rather than
+give a wrong derivative. :func:`declare_complex` adds a user's primitive to one of the sets.
+"""
+import operator
+
+import numpy as np
+
+from ..errors import MissingRuleError
+from .registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name, frule, rrule
+from .mutation import MUTATORS
+from .shape import astype
+from .cotangents import scatter_add
+from . import linear_algebra as _la
+from .elementwise import ew_pullback
+
+
+def is_complex(x):
+    """Whether ``x`` (an array, a wrapped array or a number) has a complex dtype."""
+    dt = getattr(x, "dtype", None)
+    if dt is not None:
+        return dt.kind == "c"
+    return type(x) is complex
+
+
+def dtype_of(x):
+    dt = getattr(x, "dtype", None)
+    return dt if dt is not None else np.result_type(x)
+
+
+# --- which functions carry complex values ---------------------------------------------------
+_COMPLEX_SAFE_TABLE = ("negative positive square sqrt reciprocal exp exp2 expm1 log log2 log10 "
+                       "log1p sin cos tan arcsin arccos arctan sinh cosh tanh arcsinh arctanh "
+                       "add subtract multiply true_divide power float_power").split()
+
+HOLOMORPHIC = set(getattr(np, n) for n in _COMPLEX_SAFE_TABLE)
+HOLOMORPHIC.update([
+    np.matmul, np.dot, np.inner, np.outer, np.kron, np.tensordot, np.einsum, np.trace,
+    np.linalg.inv, np.linalg.solve, np.linalg.det, _la.solve_triangular,
+    np.sum, np.mean, np.prod, np.cumsum, np.cumprod, np.nansum, np.nanmean, np.nancumsum,
+    (np.add, "reduce"), (np.add, "accumulate"), (np.multiply, "reduce"),
+    (np.multiply, "accumulate"), ew_pullback])
+for _name in ("matmul", "outer", "tensordot", "trace"):
+    if hasattr(np.linalg, _name):
+        HOLOMORPHIC.add(getattr(np.linalg, _name))
+
+STRUCTURAL = set(fn for fn, r in RRULES.items()
+                 if getattr(r, "__module__", None) == "mooncake_py.rules.shape")
+STRUCTURAL.update([operator.getitem, np.append, np.atleast_1d, np.atleast_2d, np.atleast_3d,
+                   np.broadcast_arrays, np.empty_like, np.zeros_like, np.ones_like, np.full_like,
+                   np.where, scatter_add])
+
+# Rules that look at the dtype of their inputs themselves (registered here and in
+# linear_algebra.py and fft.py).
+EXPLICIT = {np.absolute, np.real, np.imag, np.conjugate, np.angle, astype, np.vdot,
+            np.linalg.slogdet}
+
+# Functions NumPy defines on complex values with no derivative rule here (np.sign(z) = z/|z| is
+# not piecewise constant as it is on the reals).
+REFUSED = {np.sign}
+
+
+def declare_complex(fn, holomorphic):
+    """Declare that the rules of ``fn`` (a primitive with a user rule) hold for complex values.
+
+    ``holomorphic=True``: ``fn`` is complex-differentiable and its rules are the algebraic
+    formulas of the real case (the pullback is conjugated around by the tape); False: the rules
+    handle complex inputs themselves, with cotangents for the inner product ``Re Σ conj(a)·b``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def cube(z):
+        ...     return z ** 3
+        >>> @mp.rrule(cube)
+        ... def _(z):
+        ...     return cube(z), lambda g: (3 * g * z ** 2,)
+        >>> declare_complex(cube, holomorphic=True)
+        >>> mp.grad(lambda z: np.real(cube(z)))(np.complex128(1 + 1j))
+        np.complex128(-6j)
+    """
+    (HOLOMORPHIC if holomorphic else EXPLICIT).add(fn)
+    STRUCTURAL.discard(fn)
+
+
+def check_complex_call(fn):
+    """Raise MissingRuleError unless ``fn``'s rules carry complex values correctly."""
+    if fn in HOLOMORPHIC or fn in STRUCTURAL or fn in EXPLICIT:
+        return
+    if fn not in REFUSED and (fn in ZERO_DERIVATIVE or fn in COMPOSITES or fn in MUTATORS):
+        return
+    short = fn_name(fn).replace("numpy.", "np.")
+    raise MissingRuleError(
+        f"{short} was called on complex values, and it has no derivative rule for complex "
+        "numbers (its rule is written for real ones and would give a wrong derivative). "
+        "Rewrite the computation on real and imaginary parts (np.real(z), np.imag(z), "
+        "np.abs(z), np.angle(z)), or, for your own primitive, declare its rules complex-ready "
+        "with mooncake_py.rules.complex.declare_complex(fn, holomorphic=...).")
+
+
+def has_complex(values):
+    """Whether any value (or element of a list/tuple value) is complex."""
+    for v in values:
+        if type(v) in (list, tuple):
+            if any(is_complex(b) for b in v):
+                return True
+        elif is_complex(v):
+            return True
+    return False
+
+
+# --- pullback wrappers the tape applies to ops with complex outputs ---------------------------
+class HolomorphicPullback:
+    """``ȳ ↦ conj(pb(conj(ȳ)))``: the adjoint of ``J`` for ``Re Σ conj(a)·b`` from a pullback
+    that computes ``Jᵀ·ȳ`` algebraically."""
+    __slots__ = ("pb",)
+
+    def __init__(self, pb):
+        self.pb = pb
+
+    def __call__(self, g):
+        return tuple(_conj(c) for c in self.pb(np.conjugate(g)))
+
+
+def _conj(c):
+    if c is None:
+        return None
+    if type(c) in (list, tuple):
+        return type(c)(_conj(b) for b in c)
+    if hasattr(c, "dense"):
+        c = c.dense()
+    return np.conjugate(c) if is_complex(c) else c
+
+
+def real_inputs(parents, vals):
+    """Per positional argument, the dtype of a tracked real input (whose cotangent must be real),
+    None for the others, a tuple for a list argument; None if no tracked input is real."""
+    out, any_real = [], False
+    for p, v in zip(parents, vals):
+        if p is None:
+            out.append(None)
+        elif type(p) is tuple:
+            per = tuple(None if q is None or is_complex(b) else dtype_of(b) for q, b in zip(p, v))
+            any_real = any_real or any(d is not None for d in per)
+            out.append(per)
+        elif is_complex(v):
+            out.append(None)
+        else:
+            out.append(dtype_of(v))
+            any_real = True
+    return tuple(out) if any_real else None
+
+
+class RealParts:
+    """A complex-output op's pullback, with the cotangents of its real inputs made real (the
+    real part: ``x ↦ c·x`` pulls ``ȳ`` back to ``Re(conj(c)·ȳ)``) in the input's dtype."""
+    __slots__ = ("pb", "dtypes")
+
+    def __init__(self, pb, dtypes):
+        self.pb, self.dtypes = pb, dtypes
+
+    def __call__(self, g):
+        return tuple(_real_part(c, d) for c, d in zip(self.pb(g), self.dtypes))
+
+
+def _real_part(c, dt):
+    if c is None or dt is None:
+        return c
+    if type(dt) is tuple:
+        return type(c)(_real_part(b, d) for b, d in zip(c, dt))
+    if hasattr(c, "dense"):
+        c = c.dense()
+    if is_complex(c):
+        c = np.real(c)
+    return c if dtype_of(c) == dt else astype(c, dt)
+
+
+# --- real, imag, conj, angle, abs -----------------------------------------------------------
+def _as_dtype(g, dt):
+    return g if dtype_of(g) == dt else astype(g, dt)
+
+
+@rrule(np.real)
+def _real(val):
+    out = np.real(val)
+    if not is_complex(val):
+        return out, lambda g: (g,)
+    dt = dtype_of(val)
+    return out, lambda g: (_as_dtype(g, dt),)
+
+
+@frule(np.real, lanes=True)
+def _real_f(primals, tangents):
+    dx = tangents[0]
+    return np.real(primals[0]), None if dx is None else np.real(dx)
+
+
+@rrule(np.imag)
+def _imag(val):
+    out = np.imag(val)
+    if not is_complex(val):
+        return out, None  # zero: a real number's imaginary part is a constant
+    dt = dtype_of(val)
+    return out, lambda g: (_as_dtype(g, dt) * 1j,)
+
+
+@frule(np.imag, lanes=True)
+def _imag_f(primals, tangents):
+    x, dx = primals[0], tangents[0]
+    if dx is None or not is_complex(x):
+        return np.imag(x), None
+    return np.imag(x), np.imag(dx)
+
+
+
+@rrule(np.conjugate)
+def _conjugate(x, **kw):
+    return np.conjugate(x, **kw), lambda g: (np.conjugate(g),)
+
+
+@frule(np.conjugate, lanes=True)
+def _conjugate_f(primals, tangents, **kw):
+    dx = tangents[0]
+    return np.conjugate(primals[0], **kw), None if dx is None else np.conjugate(dx)
+
+
+def _safe(r):
+    """``r`` with its zeros replaced by ones (a division where the numerator is zero too)."""
+    return np.where(r == 0, 1, r)
+
+
+@rrule(np.angle, needs=True)
+def _angle(needs, z, deg=False):
+    out = np.angle(z, deg)
+    if not is_complex(z):
+        return out, None  # 0 or π: piecewise constant on the reals
+    scale = 180 / np.pi if deg else 1.0
+    rest = (None,) * (len(needs) - 1)
+    # dθ = Im(dz / z), so ⟨ȳ, dθ⟩ = Re(conj(i·ȳ/conj(z))·dz): the cotangent is i·ȳ·z/|z|².
+    return out, lambda g: (1j * (g * scale) * z / _safe(np.real(z * np.conjugate(z))),) + rest
+
+
+@frule(np.angle, lanes=True)
+def _angle_f(primals, tangents):
+    z, dz = primals[0], tangents[0]
+    deg = primals[1] if len(primals) > 1 else False
+    out = np.angle(z, deg)
+    if dz is None or not is_complex(z):
+        return out, None
+    scale = 180 / np.pi if deg else 1.0
+    return out, np.imag(dz * np.conjugate(z)) * scale / _safe(np.real(z * np.conjugate(z)))
+
+
+_real_abs_rule = RRULES[np.absolute]
+
+
+def _abs_rule(args, kwargs, needs):
+    z = args[0]
+    if not is_complex(z):
+        return _real_abs_rule(args, kwargs, needs)
+    y = np.absolute(z, **kwargs)
+    # ∂|z|/∂Re z + i·∂|z|/∂Im z = z/|z| (0 at z = 0, the subgradient of least norm)
+    return y, lambda g: (g * z / _safe(y),)
+
+
+RRULES[np.absolute] = _abs_rule
+
+
+def abs_frule(real_native):
+    """The lane-native frule of np.absolute: ``Re(conj(z)·ż)/|z|`` for complex ``z``, else
+    ``real_native`` (the derivative table's). The dual layer registers it."""
+    def native(primals, tangents, lanes, kwargs):
+        z, dz = primals[0], tangents[0]
+        if not is_complex(z):
+            return real_native(primals, tangents, lanes, kwargs)
+        y = np.absolute(z, **kwargs)
+        if dz is None:
+            return y, None
+        return y, np.real(np.conjugate(z) * dz) / _safe(y)
+    return native
+
+
+# --- casts ----------------------------------------------------------------------------------
+@rrule(astype)
+def _astype(x, dtype):
+    out = astype(x, dtype)
+    src = dtype_of(x)
+    if np.dtype(dtype).kind not in "fc" or src.kind not in "fc":
+        return out, None
+    if src.kind == "f":  # real to complex: the real part of the cotangent
+        return out, lambda g: (_as_dtype(np.real(g) if is_complex(g) else g, src), None)
+    # complex to real drops the imaginary part: the cotangent is real, as a complex number
+    return out, lambda g: (_as_dtype(g, src), None)
+
+
+__all__ = ["is_complex", "declare_complex", "check_complex_call", "HOLOMORPHIC", "STRUCTURAL",
+           "EXPLICIT", "HolomorphicPullback", "RealParts", "real_inputs"]
