@@ -256,3 +256,22 @@ def test_partition_kth_value_gets_the_derivative():
     x = np.array([3.0, 1.0, 4.0, 1.5, 5.0])
     g = mp.grad(lambda x: np.partition(x, 2)[2])(x)
     assert np.array_equal(g, [1.0, 0.0, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.gradient(x, np.arange(6.0) ** 1.2, edge_order=2),
+    lambda x: np.select([x > 1], [x], 0),
+    lambda x: np.convolve(x, np.ones(3, np.float32), "same"),
+    lambda x: np.logaddexp2.reduce(x),
+    lambda x: np.linspace(x[0], x[1], 4),
+    lambda x: np.polyval(x[:3], x),
+    lambda x: np.cross(x[:3], x[3:]),
+    lambda x: np.trapezoid(x, dx=np.float32(0.5)),
+], ids=["gradient", "select", "convolve", "logaddexp2.reduce", "linspace", "polyval", "cross",
+        "trapezoid"])
+def test_float32_stays_float32(f):
+    x = np.linspace(0.1, 2.0, 6, dtype=np.float32)
+    want = f(x).dtype
+    y, ydot = mp.jvp(f, (x,), (x,))
+    assert want == np.float32 and y.dtype == want and ydot.dtype == want
+    assert mp.grad(lambda x: np.sum(f(x)))(x).dtype == np.float32

@@ -21,6 +21,7 @@ import sys
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
+from .. import array_module as am
 from ..dispatch import WRAPPER_TYPES
 from .broadcasting import shape_of
 from .cotangents import scatter_add
@@ -43,7 +44,7 @@ def _linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axi
     dt = np.result_type(start, stop, float(num))
     delta = stop - start
     nd = len(shape_of(delta))
-    y = np.arange(0, num, dtype=dt).reshape((-1,) + (1,) * nd)
+    y = am.arange(0, num, dtype=dt, like=am.unwrap(delta)).reshape((-1,) + (1,) * nd)
     if div > 0:
         step = delta / div
         if np.any(step == 0):  # NumPy divides first then, so that a zero span stays exact
@@ -94,14 +95,20 @@ def _select(condlist, choicelist, default=0):
     if len(condlist) == 0:
         raise ValueError("select with an empty condition list is not possible")
     for i, c in enumerate(condlist):
-        if np.asarray(c).dtype.type is not np.bool_:
+        if am.asarray(c).dtype.type is not np.bool_:
             raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray")
-    dt = np.result_type(*[as_array(c) for c in choicelist], as_array(default))
+    dt = np.result_type(*[_weak(c) for c in (*choicelist, default)])
     result = default
     for cond, choice in zip(condlist[::-1], choicelist[::-1]):
         result = np.where(cond, choice, result)
     result = as_array(result)
     return result if result.dtype == dt else astype(result, dt)
+
+
+def _weak(v):
+    """Python numbers stay Python numbers (weakly typed in NumPy's promotion, as np.select
+    keeps them); everything else becomes an array."""
+    return v if type(v) in (int, float, complex) else as_array(v)
 
 
 @composite(np.piecewise)
@@ -112,7 +119,7 @@ def _piecewise(x, condlist, funclist, *args, **kw):
     shape = tuple(shape_of(x))
     if np.isscalar(condlist) or (not isinstance(condlist[0], (list, np.ndarray)) and shape):
         condlist = [condlist]
-    conds = [np.asarray(c, dtype=bool) for c in condlist]
+    conds = [am.asarray(c, dtype=bool) for c in condlist]
     n, n2 = len(conds), len(funclist)
     if n == n2 - 1:
         conds.append(~np.any(conds, axis=0))
@@ -126,7 +133,7 @@ def _piecewise(x, condlist, funclist, *args, **kw):
 
 def _pieces(x, conds, funclist, args, kw):
     shape = tuple(shape_of(x))
-    y = np.zeros(shape, dtype=x.dtype)
+    y = am.zeros(shape, dtype=x.dtype, like=am.unwrap(x))
     for cond, func in zip(conds, funclist):
         cond = np.broadcast_to(cond, shape)
         if not callable(func):  # a constant value, differentiable if it is tracked
@@ -160,7 +167,7 @@ def _bincount(needs, x, weights=None, minlength=0):
     y = np.bincount(x, weights, minlength)
     if len(needs) < 2 or not needs[1]:
         return y, None
-    wdt, idx, rest = weights.dtype, np.asarray(x), (None,) * (len(needs) - 2)
+    wdt, idx, rest = weights.dtype, am.asarray(x), (None,) * (len(needs) - 2)
 
     def pullback(g):
         gw = g[idx]  # each weight went to the bin of its x

@@ -10,15 +10,17 @@ so values agree with NumPy's to the last bit or two.
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
+from .. import array_module as am
 from ..dispatch import WRAPPER_TYPES
 from .broadcasting import shape_of
 from .registry import composite
+from .shape import astype
 
 
 def as_array(x):
     """``x`` unchanged if it is an array or a wrapped (tracked/dual) value; a list holding
     wrapped values stacked; anything else through ``np.asarray``."""
-    if type(x) in WRAPPER_TYPES or isinstance(x, np.ndarray):
+    if type(x) in WRAPPER_TYPES or isinstance(x, np.ndarray) or am.device_module(x) is not None:
         return x
     if isinstance(x, (list, tuple)) and any(type(e) in WRAPPER_TYPES for e in x):
         return np.stack([as_array(e) for e in x])  # e.g. polynomial coefficients [a, b, c]
@@ -140,11 +142,9 @@ def _gradient_axis(f, axis, h, edge_order):
             b = - (dx2 + dx1) / (dx1 * dx2)
             c = (2. * dx2 + dx1) / (dx2 * (dx1 + dx2))
         last = a * at(slice(-3, -2)) + b * at(slice(-2, -1)) + c * at(slice(-1, None))
-    parts = [first, inner, last]
-    dtypes = {p.dtype for p in parts}
-    if len(dtypes) > 1:  # NumPy writes every part into one array of f's float type
-        dt = f.dtype if f.dtype.kind == "f" else np.dtype(np.float64)
-        parts = [p if p.dtype == dt else p.astype(dt) for p in parts]
+    # NumPy writes every part into one array of f's float type, whatever the spacings' type
+    dt = f.dtype if f.dtype.kind == "f" else np.dtype(np.float64)
+    parts = [p if p.dtype == dt else astype(p, dt) for p in (first, inner, last)]
     return np.concatenate(parts, axis=axis)
 
 

@@ -106,7 +106,7 @@ def sinc_derivative(x, n):
         >>> bool(np.isclose(sinc_derivative(0.0, 2), -np.pi ** 2 / 3))
         True
     """
-    x = np.asarray(x)
+    x = x if hasattr(x, "dtype") else np.asarray(x)  # a NumPy or CuPy array, or a number
     dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     out = np.pi ** n * _unnormalised_derivative(np.pi * x.astype(np.float64), n)
     return out.astype(dt)[()] if out.ndim == 0 else out.astype(dt, copy=False)
