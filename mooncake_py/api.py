@@ -3,6 +3,7 @@ import contextlib
 import functools
 import gc
 from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 

@@ -18,6 +18,8 @@ The earlier forms ``value_and_pullback(cache, ybar, f, *args)`` and
 ``value_and_derivative(cache, f, *(primal, tangent) pairs)`` keep working: the cache knows its
 function and its argument count, which tells the two forms apart.
 """
+from typing import Any, Callable
+
 import numpy as np
 
 from .errors import PreparedCacheSpecError
@@ -99,7 +101,7 @@ class PullbackCache:
         self.out_tree = flatten(y)[1]
 
 
-def prepare_gradient_cache(f, *args):
+def prepare_gradient_cache(f: Callable[..., Any], *args: Any) -> GradientCache:
     """Prepare to compute ``f``'s value and gradient at arguments shaped like ``args``.
 
     Example:
@@ -113,7 +115,8 @@ def prepare_gradient_cache(f, *args):
     return GradientCache(f, args)
 
 
-def value_and_gradient(cache, f, *args):
+def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
+                       *args: Any) -> tuple[Any, tuple[Any, ...]]:
     """``(f(*args), grads)``, one gradient per argument (``None`` for non-float arguments).
 
     Raises PreparedCacheSpecError when ``f`` or the arguments' structure, shapes or dtypes
@@ -127,7 +130,7 @@ def value_and_gradient(cache, f, *args):
     return y, tuple(full)
 
 
-def prepare_pullback_cache(f, *args):
+def prepare_pullback_cache(f: Callable[..., Any], *args: Any) -> PullbackCache:
     """Prepare to compute ``f``'s value and vector-Jacobian products at arguments like ``args``.
 
     Example:
@@ -141,7 +144,8 @@ def prepare_pullback_cache(f, *args):
     return PullbackCache(f, args)
 
 
-def value_and_pullback(cache, f, ybar, *args):
+def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
+                       *args: Any) -> tuple[Any, tuple[Any, ...]]:
     """``(f(*args), cotangents)`` for output cotangent ``ybar``, one entry per argument.
 
     ``ybar`` must match the output's structure and shapes (checked), as must the arguments.

@@ -104,7 +104,7 @@ def loaded_kernels():
     return dict(_LOADED)
 
 
-def warmup(dtypes=("float64",), lanes=True):
+def warmup(dtypes: tuple[str, ...] = ("float64",), lanes: bool = True) -> int:
     """Compile (or load from the disk cache) the fused kernels of common functions now.
 
     The first forward-mode or second-order call that meets an array of 8192 or more elements
