@@ -38,7 +38,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ..rules.derivative_table import CONSTANTS
+from ..rules.derivative_table import CONSTANTS, numpy_division
 
 # Calls a CPU loop evaluates inline: exact or nearly free. Everything else is hoisted to NumPy.
 CPU_INLINE = frozenset({"sqrt", "abs", "floor", "trunc", "sign", "select"})
@@ -184,8 +184,22 @@ class _Specialise(ast.NodeTransformer):
             return _num(-v)
         return node
 
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        l = _const(node.left)
+        r = _const(node.comparators[0]) if len(node.comparators) == 1 else None
+        if l is not None and r is not None:
+            op = {ast.Eq: l == r, ast.NotEq: l != r, ast.Lt: l < r, ast.Gt: l > r,
+                  ast.LtE: l <= r, ast.GtE: l >= r}.get(type(node.ops[0]))
+            if op is not None:
+                return ast.Constant(bool(op))
+        return node
+
     def visit_Call(self, node):
         self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "select" and len(node.args) == 3 \
+                and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is bool:
+            return node.args[1] if node.args[0].value else node.args[2]
         if isinstance(node.func, ast.Name) and node.func.id == "pow" and len(node.args) == 2:
             x, c = node.args[0], _const(node.args[1])
             if c == 0:
@@ -236,6 +250,36 @@ def is_exact(expr):
     return False
 
 
+# Calls whose value stays finite wherever their arguments are finite: a derivative built only
+# from these, + - * and constants cannot be inf or nan at a finite point.
+_FINITE_CALLS = frozenset({"abs", "sign", "select", "floor", "trunc", "sin", "cos", "max", "min"})
+
+
+def may_be_nonfinite(expr):
+    """Whether a derivative expression can be inf/nan at finite inputs (a division, ``log``,
+    ``pow``, ``sqrt``...): such a partial must never multiply a zero tangent, since the
+    partial of one operand would then poison the derivative along the other."""
+    for n in ast.walk(expr):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.Pow)):
+            return True
+        if isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name)
+                                            and n.func.id in _FINITE_CALLS):
+            return True
+    return False
+
+
+def tangent_product(d, t, guard):
+    """``d·t``; with ``guard``, 0 where the tangent ``t`` is 0 whatever ``d`` is: a direction
+    (a jvp's, or a Hessian lane) that does not move an element must not pick up its infinite
+    or undefined partial. So ``jvp(lambda x: np.sum(x / 0.0))`` along e₀ is inf, as the
+    gradient says, not inf + 0·inf = nan; a lane moving only ``x`` in ``x**y`` at x < 0 does
+    not see ``∂/∂y = nan``; and a Hessian lane j sees no nan from another element's pole."""
+    p = mul(d, t)
+    if not guard or _const(p) is not None:
+        return p
+    return _call("select", ast.Compare(t, [ast.Eq()], [_num(0)]), _num(0), p)
+
+
 # --- building programs from table entries ---------------------------------------------------
 def _operands(entry):
     return ("a",) if entry.nin == 1 else ("a", "b")
@@ -257,10 +301,11 @@ def frule_ir(entry, present, const_b=None):
         if not has:
             continue
         d = specialise(entry.d1[j], vals)
+        guard = may_be_nonfinite(d)
         if _const(d) is None:
             body.append(Stmt("let", f"d{j}", d))
             d = _name(f"d{j}")
-        terms.append(mul(d, _name("t" + x)))
+        terms.append(tangent_product(d, _name("t" + x), guard))
     ty = add(terms)
     if ty is not None:
         body.append(Stmt("tout", "ty", ty))
@@ -273,6 +318,7 @@ def pullback_ir(entry, k, present, const_b=None):
     ops = _operands(entry)
     body = []
     d = specialise(entry.d1[k], vals)
+    d_risky = may_be_nonfinite(d)
     if _const(d) is None:
         body.append(Stmt("let", "d", d))
         d = _name("d")
@@ -286,11 +332,12 @@ def pullback_ir(entry, k, present, const_b=None):
         e = specialise(entry.d2[0] if entry.nin == 1 else entry.d2[_D2_INDEX[k][j]], vals)
         if _const(e) == 0:
             continue
+        guard = may_be_nonfinite(e)
         if _const(e) is None:
             body.append(Stmt("let", f"e{j}", e))
             e = _name(f"e{j}")
-        inner.append(mul(e, _name("t" + x)))
-    terms = [mul(_name("tg"), d) if present[0] else None]
+        inner.append(tangent_product(e, _name("t" + x), guard))
+    terms = [tangent_product(d, _name("tg"), d_risky) if present[0] else None]
     s = add(inner)
     if s is not None:
         terms.append(mul(_name("g"), s))
@@ -364,8 +411,9 @@ def op_count(ir):
 
 # --- emitters -------------------------------------------------------------------------------
 def expr_source(expr):
-    """Python source of an expression (the vocabulary names unchanged)."""
-    return ast.unparse(expr)
+    """Python source of an expression for whole-array NumPy evaluation: the vocabulary names
+    unchanged, ``/`` spelled ``div(p, q)`` (NumPy's division, also for two Python numbers)."""
+    return numpy_division(expr)
 
 
 def numpy_source(ir, fname, given=()):

@@ -13,6 +13,7 @@ it (``exp: d1 = y``).
 From these strings :mod:`mooncake_py.rules.elementwise` builds the reverse rules, the forward
 rules and the fused kernels (numba on CPU, CuPy on GPU) are generated from the very same text.
 """
+import ast
 import math
 import sys
 from dataclasses import dataclass, field
@@ -58,17 +59,50 @@ def _np_vocabulary():
     for n in ("sin cos tan exp exp2 expm1 log log1p sqrt cbrt sinh cosh tanh floor trunc "
               "sign abs").split():
         ns[n] = getattr(np, n)
-    ns.update(pow=np.power, select=np.where)
+    ns.update(pow=np.power, select=_select, div=_div)
     return ns  # the scipy.special names join when the scipy section loads (load_scipy)
+
+
+def _select(cond, p, q):
+    """``np.where``, without its ufunc cost when the condition is one Python/NumPy bool (a
+    constant exponent: ``x**2`` in a scalar loop); the operands then broadcast where used."""
+    if type(cond) is bool or type(cond) is np.bool_:
+        return p if cond else q
+    return np.where(cond, p, q)
+
+
+def _div(p, q):
+    """``p / q`` with NumPy's semantics (±inf or nan, and a RuntimeWarning) also when both are
+    Python numbers, where ``/`` would raise ZeroDivisionError."""
+    try:
+        return p / q
+    except ZeroDivisionError:
+        return np.true_divide(p, q)
 
 
 NP_VOCABULARY = _np_vocabulary()
 
 
+class _DivAsCall(ast.NodeTransformer):
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Div):
+            return ast.Call(ast.Name("div", ast.Load()), [node.left, node.right], [])
+        return node
+
+
+def numpy_division(expr):
+    """``expr`` (table text or an ``ast`` expression) as source with every ``/`` spelled
+    ``div(p, q)``: Python numbers reach these expressions (``x / 0.0``), and they must divide
+    as NumPy does, never raise."""
+    tree = ast.parse(expr if isinstance(expr, str) else ast.unparse(expr), mode="eval")
+    return ast.unparse(ast.fix_missing_locations(_DivAsCall().visit(tree)))
+
+
 def _compile_np(expr, nin):
     """A NumPy function ``(a[, b], y) -> value`` for one expression."""
     params = "a, y" if nin == 1 else "a, b, y"
-    return eval(f"lambda {params}: {expr}", dict(NP_VOCABULARY))
+    return eval(f"lambda {params}: {numpy_division(expr)}", dict(NP_VOCABULARY))
 
 
 TABLE = {}
@@ -123,14 +157,22 @@ _entry(np.add, "a+b", ["1", "1"], ["0", "0", "0"])
 _entry(np.subtract, "a-b", ["1", "-1"], ["0", "0", "0"])
 _entry(np.multiply, "a*b", ["b", "a"], ["0", "1", "0"])
 _entry(np.true_divide, "a/b", ["1/b", "-y/b"], ["0", "-1/(b*b)", "2*y/(b*b)"])
-_entry(np.power, "pow(a,b)", ["b*pow(a,b-1)", "y*log(a)"],
-       ["b*(b-1)*pow(a,b-2)", "pow(a,b-1)*(1+b*log(a))", "y*log(a)*log(a)"])
-_entry(np.float_power, "pow(a,b)", ["b*pow(a,b-1)", "y*log(a)"],
-       ["b*(b-1)*pow(a,b-2)", "pow(a,b-1)*(1+b*log(a))", "y*log(a)*log(a)"])
+# Conventions at a = 0 (docs/conventions.md): an exponent whose coefficient vanishes (b = 0 in
+# b·a^(b-1), b = 0 or 1 in b(b-1)·a^(b-2)) gets a harmless exponent instead, so 0·0^(-1) never
+# makes a nan; ∂/∂b reads log(a) as 0 at a = 0, as JAX does (0^b is constant for b > 0).
+_POW_D1 = ["b*pow(a,select(b==0,1,b-1))", "y*log(select(a==0,1,a))"]
+_POW_D2 = ["b*(b-1)*pow(a,select(b==0,2,select(b==1,2,b-2)))",
+           "pow(a,b-1)*(1+b*log(select(a==0,1,a)))",
+           "y*log(select(a==0,1,a))*log(select(a==0,1,a))"]
+_entry(np.power, "pow(a,b)", _POW_D1, _POW_D2)
+_entry(np.float_power, "pow(a,b)", _POW_D1, _POW_D2)
 _entry(np.arctan2, "atan2(a,b)", ["b/(a*a+b*b)", "-a/(a*a+b*b)"],
        ["-2*a*b/((a*a+b*b)*(a*a+b*b))", "(a*a-b*b)/((a*a+b*b)*(a*a+b*b))",
         "2*a*b/((a*a+b*b)*(a*a+b*b))"])
-_entry(np.hypot, "hypot(a,b)", ["a/y", "b/y"], ["b*b/(y*y*y)", "-a*b/(y*y*y)", "a*a/(y*y*y)"])
+# at a = b = 0 the gradient is 0, as for np.linalg.norm (a/y = 0/0 otherwise); the second
+# derivatives stay 0/0 = nan there: the curvature of a cone's tip is unbounded.
+_entry(np.hypot, "hypot(a,b)", ["a/select(y==0,1,y)", "b/select(y==0,1,y)"],
+       ["b*b/(y*y*y)", "-a*b/(y*y*y)", "a*a/(y*y*y)"])
 _entry(np.maximum, "max(a,b)", ["select(a>b, 1.0, select(a==b, 0.5, 0.0))",
                                 "select(b>a, 1.0, select(a==b, 0.5, 0.0))"], ["0", "0", "0"])
 _entry(np.minimum, "min(a,b)", ["select(a<b, 1.0, select(a==b, 0.5, 0.0))",

@@ -19,7 +19,7 @@ import inspect
 import numpy as np
 
 from .. import array_module as am
-from .registry import RRULES, FRULES, frule, fn_name, composite
+from .registry import RRULES, FRULES, frule, fn_name, composite, primitive
 from ..dispatch import WRAPPER_TYPES
 from ..errors import MissingRuleError
 from .broadcasting import shape_of
@@ -650,10 +650,40 @@ def _safe(v):
     return np.where(am.asarray(v == 0), 1, v)
 
 
+def unbounded_curvature(x, at):
+    """Zeros shaped like ``x`` whose derivative is nan where ``at`` (a plain boolean mask).
+
+    Added to a partial derivative that is continuous at a point where its own derivative is
+    unbounded (``x/‖x‖`` at ``x = 0``), it changes no gradient, but a Hessian there comes out
+    nan, as the truth (and JAX) says, instead of the finite value of the zero-safe formula.
+
+    Example:
+        >>> import numpy as np
+        >>> unbounded_curvature(np.ones(2), np.array([True, False]))
+        array([0., 0.])
+    """
+    return np.zeros_like(x)
+
+
+unbounded_curvature = primitive(unbounded_curvature)
+
+
+@frule(unbounded_curvature)
+def _unbounded_curvature_frule(primals, tangents):
+    x, at = primals
+    tx = tangents[0]
+    y = np.zeros_like(x)
+    return y, None if tx is None else np.where(at, np.nan, 0.0) * tx
+
+
 def _vector_norm_partials(x, yk, ord, axes):
     """∂‖x‖_ord / ∂x over ``axes`` (``yk``: the norm, broadcastable against ``x``)."""
     if ord is None or ord == 2:
-        return x / _safe(yk)
+        at0 = am.asarray(yk == 0)
+        d = x / _safe(yk)
+        if at0.any():  # x/‖x‖ is bounded at 0 (gradient 0 there), its derivative is not
+            d = d + unbounded_curvature(x, np.broadcast_to(at0, shape_of(x)))
+        return d
     if ord == 1:
         return np.sign(x)
     if ord == 0:
