@@ -3,7 +3,6 @@ import contextlib
 import functools
 import gc
 from typing import Any, Callable, Sequence
-from typing import Any, Callable, Sequence
 
 import numpy as np
 

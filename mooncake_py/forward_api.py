@@ -1,7 +1,6 @@
 """Forward-mode public API: jvp, prepared derivative caches, and jacobian (forward or reverse)."""
 import functools
 from typing import Any, Callable, Sequence
-from typing import Any, Callable, Sequence
 
 import numpy as np
 

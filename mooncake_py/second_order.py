@@ -8,7 +8,6 @@ if an op fails here, the fix is in its frule or its pullback.
 """
 import functools
 from typing import Any, Callable, Sequence
-from typing import Any, Callable, Sequence
 
 import numpy as np
 
