@@ -165,8 +165,9 @@ class Univariate(Distribution):
     """A continuous distribution written in standard coordinates ``z = (x - loc) / scale``.
 
     Subclasses set ``shapes`` (names of the shape parameters), ``support`` (standard
-    coordinates), ``safe_z`` (a point inside it) and define ``_logpdf``/``_cdf`` (and ``_pdf``,
-    ``_logcdf`` where SciPy computes them otherwise than exp/log), written with ruled calls.
+    coordinates), ``safe_z`` (a point inside it) and define ``_logpdf``, ``_cdf``, ``_sf`` (and
+    ``_pdf``, ``_logcdf``, ``_logsf`` where SciPy computes them otherwise than its defaults),
+    written with ruled calls.
     """
     shapes = ()
     support = (-INF, INF)
@@ -210,21 +211,44 @@ class Univariate(Distribution):
         lo, hi = self.support
         inside = (z > lo) & (z < hi) & valid
         zs = masked(inside, z, self.safe_z)
-        above = (z >= hi) & valid
-        if method == "logcdf":
-            val, high, low = self._logcdf(zs, *shapes), 0.0, -INF
-        else:
-            val, high, low = self._cdf(zs, *shapes), 1.0, 0.0
-        out = masked(inside, val, np.where(above, high, low))
+        # the value at or beyond the support's end: cdf 1 above it, sf 1 below it
+        full = ((z >= hi) if method in ("cdf", "logcdf") else (z <= lo)) & valid
+        val = getattr(self, "_" + method)(zs, *shapes)
+        one, zero = (0.0, -INF) if method.startswith("log") else (1.0, 0.0)
+        out = masked(inside, val, np.where(full, one, zero))
         bad = ~np.asarray(valid) | np.isnan(z)
         return np.where(bad, NAN, out) if np.any(bad) else out
 
     def _pdf(self, z, *shapes):
         return np.exp(self._logpdf(z, *shapes))
 
+    def _sf(self, z, *shapes):
+        return 1.0 - self._cdf(z, *shapes)
+
+    def _median(self, *shapes):
+        """The standard median (plain): SciPy's log-CDF and log-SF switch formulas there."""
+        return self.scipy.ppf(0.5, *[np.asarray(stop_gradient(s)) for s in shapes])
+
     def _logcdf(self, z, *shapes):
+        # SciPy: log(cdf) below the median, log1p(-sf) above, where each is accurate. Each
+        # branch sees only its own side's z: the other side's value may be log(0).
+        return self._switch(z < self._median(*shapes), z, shapes,
+                            lambda v: np.log(self._cdf(v, *shapes)),
+                            lambda v: np.log1p(-self._sf(v, *shapes)))
+
+    def _logsf(self, z, *shapes):
+        return self._switch(z > self._median(*shapes), z, shapes,
+                            lambda v: np.log(self._sf(v, *shapes)),
+                            lambda v: np.log1p(-self._cdf(v, *shapes)))
+
+    def _switch(self, cond, z, shapes, f, g):
+        if np.all(cond):
+            return f(z)
+        if not np.any(cond):
+            return g(z)
+        med = self._median(*shapes)
         with np.errstate(divide="ignore"):
-            return np.log(self._cdf(z, *shapes))
+            return np.where(cond, f(np.where(cond, z, med)), g(np.where(cond, med, z)))
 
     def logpdf(self, x, *args, **kwds):
         """Log of the probability density at ``x``; SciPy's signature (shape parameters
@@ -250,6 +274,18 @@ class Univariate(Distribution):
         if not tracked(x, args, kwds):
             return self.scipy.logcdf(x, *args, **kwds)
         return self._cumulative("logcdf", x, args, kwds)
+
+    def sf(self, x, *args, **kwds):
+        """Survival function ``1 - cdf`` at ``x``; SciPy's signature."""
+        if not tracked(x, args, kwds):
+            return self.scipy.sf(x, *args, **kwds)
+        return self._cumulative("sf", x, args, kwds)
+
+    def logsf(self, x, *args, **kwds):
+        """Log of the survival function at ``x``; SciPy's signature."""
+        if not tracked(x, args, kwds):
+            return self.scipy.logsf(x, *args, **kwds)
+        return self._cumulative("logsf", x, args, kwds)
 
 
 class Discrete(Distribution):

@@ -59,6 +59,10 @@ def _quantiles(x, dim):
         return np.reshape(x, (1,))
     if nd == 1:
         return np.reshape(x, (-1, 1) if dim == 1 else (1, -1))
+    if shape_of(x)[-1] != dim:
+        raise ValueError(f"The points x have {shape_of(x)[-1]} coordinates on their last axis; "
+                         f"the distribution's dimension (from its mean/loc and covariance) is "
+                         f"{dim}.")
     return x
 
 

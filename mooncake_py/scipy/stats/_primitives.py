@@ -89,21 +89,29 @@ def _gamma_density(a, x):
 _INCOMPLETE = "the derivative of the regularized incomplete {} function in its shape parameter " \
               "has no practical closed form."
 
-# P(a, x) = gammainc(a, x): ∂/∂x is the gamma density.
+_GAMMA = ("gamma.cdf (and sf, logcdf, logsf)", "a", _INCOMPLETE.format("gamma"))
+_BETA = "beta.cdf (and sf, logcdf, logsf)"
+
+# P(a, x) = gammainc(a, x) and Q = 1 - P: ∂/∂x is ± the gamma density.
 gammainc = _elementwise(lambda a, x: sc.gammainc(a, x),
-                        (("gamma.cdf", "a", _INCOMPLETE.format("gamma")),
-                         lambda a, x: _gamma_density(a, x)))
+                        (_GAMMA, lambda a, x: _gamma_density(a, x)))
+gammaincc = _elementwise(lambda a, x: sc.gammaincc(a, x),
+                         (_GAMMA, lambda a, x: -_gamma_density(a, x)))
 
 
 def _beta_density(a, b, x):
     return np.exp(sc.xlogy(a - 1.0, x) + xlog1py(b - 1.0, -x) - betaln(a, b))
 
 
-# I_x(a, b) = betainc(a, b, x): ∂/∂x is the beta density.
+# I_x(a, b) = betainc(a, b, x) and 1 - I: ∂/∂x is ± the beta density.
 betainc = _elementwise(lambda a, b, x: sc.betainc(a, b, x),
-                       (("beta.cdf", "a", _INCOMPLETE.format("beta")),
-                        ("beta.cdf", "b", _INCOMPLETE.format("beta")),
+                       ((_BETA, "a", _INCOMPLETE.format("beta")),
+                        (_BETA, "b", _INCOMPLETE.format("beta")),
                         lambda a, b, x: _beta_density(a, b, x)))
+betaincc = _elementwise(lambda a, b, x: sc.betaincc(a, b, x),
+                        ((_BETA, "a", _INCOMPLETE.format("beta")),
+                         (_BETA, "b", _INCOMPLETE.format("beta")),
+                         lambda a, b, x: -_beta_density(a, b, x)))
 
 
 def t_logpdf_std(x, df):
@@ -114,7 +122,7 @@ def t_logpdf_std(x, df):
 
 # Student's t CDF: ∂/∂x is the t density.
 stdtr = _elementwise(lambda df, x: sc.stdtr(df, x),
-                     (("t.cdf", "df", "the derivative of Student's t CDF in df has no "
+                     (("t.cdf (and sf, logcdf, logsf)", "df", "the derivative of Student's t CDF in df has no "
                                       "practical closed form."),
                       lambda df, x: np.exp(t_logpdf_std(x, df))))
 
@@ -124,10 +132,15 @@ pdtr = _elementwise(lambda k, mu: sc.pdtr(k, mu),
                                           "constant in k."),
                      lambda k, mu: -np.exp(sc.xlogy(k, mu) - mu - sc.gammaln(k + 1.0))))
 
+def _count(n):
+    # bdtr's float-n loop is deprecated (it warns even for integral values); n is integral here
+    return np.asarray(n).astype(np.int64)
+
+
 # Binomial CDF I_{1-p}(n-k, k+1) at integer k < n: ∂/∂p = -(n-k)·C(n,k)·p^k·(1-p)^(n-k-1).
-bdtr = _elementwise(lambda k, n, p: sc.bdtr(k, n, p),
+bdtr = _elementwise(lambda k, n, p: sc.bdtr(k, _count(n), p),
                     (("binom.cdf", "k", "the CDF of a discrete distribution is piecewise "
                                         "constant in k."),
-                     ("binom.cdf", "n", "n is a count (integer-valued)."),
+                     ("binom.cdf", "n", "n is a count (integer-valued)."),  # refused earlier
                      lambda k, n, p: -np.exp(sc.xlogy(k, p) + xlog1py(n - k - 1.0, -p)
                                              - betaln(n - k, k + 1.0))))

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from ._base import Univariate, Discrete, LOG_PI, INF, checked
+from ._base import Univariate, Discrete, LOG_PI, INF, tracked
+from ...errors import MissingRuleError
 from . import _primitives as P
 from ...rules.registry import stop_gradient
 
@@ -37,6 +38,12 @@ class norm_gen(Univariate):
     def _logcdf(self, z):
         return sc.log_ndtr(z)
 
+    def _sf(self, z):
+        return sc.ndtr(-z)
+
+    def _logsf(self, z):
+        return sc.log_ndtr(-z)
+
 
 class t_gen(Univariate):
     """Student's t distribution, ``t.logpdf(x, df, loc=0, scale=1)``; ``t.cdf`` has no
@@ -67,6 +74,9 @@ class t_gen(Univariate):
     def _cdf(self, z, df):
         return P.stdtr(df, z)
 
+    def _sf(self, z, df):
+        return P.stdtr(df, -z)
+
 
 class gamma_gen(Univariate):
     """Gamma distribution, ``gamma.logpdf(x, a, loc=0, scale=1)``; ``gamma.cdf`` has no
@@ -88,6 +98,9 @@ class gamma_gen(Univariate):
     def _cdf(self, z, a):
         return P.gammainc(a, z)
 
+    def _sf(self, z, a):
+        return P.gammaincc(a, z)
+
 
 class beta_gen(Univariate):
     """Beta distribution, ``beta.logpdf(x, a, b, loc=0, scale=1)``; ``beta.cdf`` has no
@@ -108,6 +121,9 @@ class beta_gen(Univariate):
 
     def _cdf(self, z, a, b):
         return P.betainc(a, b, z)
+
+    def _sf(self, z, a, b):
+        return P.betaincc(a, b, z)
 
 
 class laplace_gen(Univariate):
@@ -134,6 +150,9 @@ class laplace_gen(Univariate):
         zp, zn = np.where(pos, z, 0.0), np.where(pos, 0.0, z)
         return np.where(pos, 1.0 - 0.5 * np.exp(-zp), 0.5 * np.exp(zn))
 
+    def _sf(self, z):
+        return self._cdf(-z)
+
 
 class cauchy_gen(Univariate):
     """Cauchy distribution, ``cauchy.logpdf(x, loc=0, scale=1)``.
@@ -159,6 +178,9 @@ class cauchy_gen(Univariate):
 
     def _cdf(self, z):
         return np.arctan2(1.0, -z) / math.pi
+
+    def _sf(self, z):
+        return np.arctan2(1.0, z) / math.pi
 
 
 class lognorm_gen(Univariate):
@@ -188,6 +210,12 @@ class lognorm_gen(Univariate):
 
     def _logcdf(self, z, s):
         return sc.log_ndtr(np.log(z) / s)
+
+    def _sf(self, z, s):
+        return sc.ndtr(-np.log(z) / s)
+
+    def _logsf(self, z, s):
+        return sc.log_ndtr(-np.log(z) / s)
 
 
 class uniform_gen(Univariate):
@@ -233,6 +261,12 @@ class expon_gen(Univariate):
     def _cdf(self, z):
         return -np.expm1(-z)
 
+    def _sf(self, z):
+        return np.exp(-z)
+
+    def _logsf(self, z):
+        return -z
+
 
 def _integral(v):
     plain = np.asarray(stop_gradient(v), dtype=float)
@@ -265,9 +299,8 @@ class poisson_gen(Discrete):
 
 
 class binom_gen(Discrete):
-    """Binomial distribution, ``binom.logpmf(k, n, p, loc=0)``: differentiable in ``p``
-    (``logpmf``/``pmf`` also in ``n``, as the gamma-function extension; ``cdf`` only in
-    ``p``).
+    """Binomial distribution, ``binom.logpmf(k, n, p, loc=0)``: differentiable in ``p``; the
+    count ``n`` has no derivative (MissingRuleError if it is tracked).
 
     Example:
         >>> import mooncake_py as mp
@@ -284,6 +317,15 @@ class binom_gen(Discrete):
 
     def _support(self, n, p):
         return 0.0, n
+
+    def _params(self, method, k, args, kwds):
+        n = (args[0] if args else kwds.get("n")) if self.shapes[0] == "n" else None
+        if tracked(n):
+            raise MissingRuleError(
+                f"mooncake_py.scipy.stats.binom.{method} has no derivative with respect to "
+                f"`n`: n is a count (SciPy gives nan for a non-integer n). Pass n as a plain "
+                f"number or array (or wrap it in mp.stop_gradient); the derivative in p works.")
+        return super()._params(method, k, args, kwds)
 
     def _safe(self, name):
         return 1.0 if name == "n" else 0.5

@@ -1,0 +1,331 @@
+"""mooncake_py.scipy.stats: values equal SciPy's over parameter grids (in and out of support,
+invalid parameters, nan), derivatives in the variate and every parameter in every mode
+(test_rule: reverse, forward with lanes, forward-over-reverse), refusals, frozen
+distributions, plain calls going to SciPy."""
+import numpy as np
+import pytest
+import scipy.stats as ss
+
+import mooncake_py as mp
+from mooncake_py.scipy import stats
+from mooncake_py.testing import test_rule, check_grads
+
+INF, NAN = np.inf, np.nan
+
+
+def through_tracking(dist, method, x, *args, **kwds):
+    """``dist.method`` evaluated by the differentiable path: the variate carries a (zero)
+    tangent, so the call cannot take the plain-SciPy route."""
+    x = np.asarray(x, dtype=float)
+    y, _ = mp.jvp(lambda v: getattr(dist, method)(v, *args, **kwds), (x,), (np.zeros_like(x),))
+    return np.asarray(y)
+
+
+def tracking_params(dist, method, x, *params, plain=()):
+    """The same, with the (array) parameters carrying the tangents instead (but those at
+    positions in ``plain``): the variate stays plain, so parameter-only tracking is
+    exercised."""
+    params = [np.asarray(p, dtype=float) for p in params]
+    idx = [i for i in range(len(params)) if i not in plain]
+
+    def f(*tracked):
+        ps = list(params)
+        for i, v in zip(idx, tracked):
+            ps[i] = v
+        return getattr(dist, method)(x, *ps)
+    y, _ = mp.jvp(f, tuple(params[i] for i in idx), tuple(np.zeros_like(params[i]) for i in idx))
+    return np.asarray(y)
+
+
+def grid(*axes):
+    """Each 1-D axis on its own dimension, so that the call broadcasts over the full grid."""
+    n = len(axes)
+    return [np.reshape(np.asarray(a, dtype=float), (-1,) + (1,) * (n - 1 - i))
+            for i, a in enumerate(axes)]
+
+
+def assert_same(got, want):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+XS = [-INF, -40.0, -3.0, -0.5, 0.0, 1e-3, 0.3, 1.0, 2.5, 40.0, INF, NAN]
+LOC = [-1.0, 0.0, 2.0]
+SCALE = [-1.0, 0.0, 0.5, 3.0]
+
+UNIVARIATE = [  # name, shape-parameter grids
+    ("norm", []),
+    ("t", [[-1.0, 0.0, 0.5, 3.0, 30.0, 1e4, INF]]),
+    ("gamma", [[-1.0, 0.0, 0.5, 1.0, 2.5, 100.0]]),
+    ("beta", [[-1.0, 0.5, 1.0, 2.5, 50.0], [0.0, 0.5, 1.0, 3.0, 40.0]]),
+    ("laplace", []),
+    ("cauchy", []),
+    ("lognorm", [[-1.0, 0.0, 0.5, 2.0]]),
+    ("uniform", []),
+    ("expon", []),
+]
+METHODS = ["logpdf", "pdf", "logcdf", "cdf", "logsf", "sf"]
+
+
+@pytest.mark.parametrize("name,shapes", UNIVARIATE, ids=[u[0] for u in UNIVARIATE])
+def test_univariate_values_equal_scipy(name, shapes):
+    xs = XS if name != "beta" else [-0.1, 0.0, 1e-3, 0.3, 0.999, 1.0, 1.2, NAN]
+    args = grid(xs, *shapes, LOC, SCALE)
+    for method in METHODS:
+        want = getattr(getattr(ss, name), method)(*args)
+        with np.errstate(all="ignore"):
+            got = through_tracking(getattr(stats, name), method, *args)
+        assert got.shape == want.shape, (name, method)
+        assert_same(got, want)
+
+
+def test_parameter_only_tracking_equals_scipy():
+    x = np.linspace(-2.0, 4.0, 7)
+    assert_same(tracking_params(stats.norm, "logpdf", x, 0.5, 2.0), ss.norm.logpdf(x, 0.5, 2.0))
+    assert_same(tracking_params(stats.gamma, "cdf", x, 1.5, 0.5, 2.0, plain=(0,)),
+                ss.gamma.cdf(x, 1.5, 0.5, 2.0))
+
+
+DISCRETE = [
+    ("poisson", [[-1.0, 0.0, 0.5, 3.0, 20.0]]),
+    ("binom", [[-1.0, 0.0, 5.0, 10.0, 5.5], [-0.1, 0.0, 0.3, 1.0, 1.2]]),
+    ("bernoulli", [[-0.1, 0.0, 0.3, 1.0, 1.5]]),
+]
+
+
+@pytest.mark.parametrize("name,shapes", DISCRETE, ids=[d[0] for d in DISCRETE])
+def test_discrete_values_equal_scipy(name, shapes):
+    ks = [-INF, -1.0, 0.0, 0.5, 1.0, 2.5, 3.0, 5.0, 10.0, 11.0, INF, NAN]
+    args = grid(ks, *shapes, [0.0, 1.0])
+    for method in ["logpmf", "pmf", "logcdf", "cdf"]:
+        want = getattr(getattr(ss, name), method)(*args)
+        with np.errstate(all="ignore"):
+            # binom.cdf has no derivative in n: n stays plain there
+            got = tracking_params(getattr(stats, name), method, *args,
+                                  plain=(0,) if name == "binom" else ())
+        assert got.shape == want.shape, (name, method)
+        assert_same(got, want)
+
+
+X = np.linspace(-1.5, 2.5, 5)
+POS = np.linspace(0.2, 3.0, 5)
+UNIT = np.linspace(0.1, 0.9, 5)
+
+RULES = [  # (id, function of float arguments, arguments)
+    ("norm.logpdf", lambda x, m, s: stats.norm.logpdf(x, m, s), (X, 0.3, 1.7)),
+    ("norm.pdf", lambda x, m, s: stats.norm.pdf(x, loc=m, scale=s), (X, 0.3, 1.7)),
+    ("norm.logcdf", lambda x, m, s: stats.norm.logcdf(x, m, s), (X, 0.3, 1.7)),
+    ("norm.cdf", lambda x, m, s: stats.norm.cdf(x, m, s), (X, 0.3, 1.7)),
+    ("t.logpdf", lambda x, df, m, s: stats.t.logpdf(x, df, m, s), (X, 3.5, 0.2, 1.3)),
+    ("t.pdf", lambda x, df: stats.t.pdf(x, df=df), (X, 2.5)),
+    ("t.cdf", lambda x, m, s: stats.t.cdf(x, 3.5, m, s), (X, 0.2, 1.3)),
+    ("t.logcdf", lambda x: stats.t.logcdf(x, 4.0), (X,)),
+    ("gamma.logpdf", lambda x, a, s: stats.gamma.logpdf(x, a, scale=s), (POS, 2.5, 1.5)),
+    ("gamma.pdf", lambda x, a: stats.gamma.pdf(x, a), (POS, 0.7)),
+    ("gamma.cdf", lambda x, m, s: stats.gamma.cdf(x, 2.5, m, s), (POS, -0.1, 1.5)),
+    ("gamma.logcdf", lambda x: stats.gamma.logcdf(x, a=3.0), (POS,)),
+    ("beta.logpdf", lambda x, a, b: stats.beta.logpdf(x, a, b), (UNIT, 2.5, 1.5)),
+    ("beta.pdf", lambda x, a, b: stats.beta.pdf(x, a, b), (UNIT, 0.8, 1.0)),
+    ("beta.cdf", lambda x, m, s: stats.beta.cdf(x, 2.0, 3.0, m, s), (UNIT, -0.05, 1.1)),
+    ("beta.logcdf", lambda x: stats.beta.logcdf(x, 2.0, 3.0), (UNIT,)),
+    ("laplace.logpdf", lambda x, m, s: stats.laplace.logpdf(x, m, s), (X + 0.05, 0.3, 1.7)),
+    ("laplace.cdf", lambda x, m, s: stats.laplace.cdf(x, m, s), (X + 0.05, 0.3, 1.7)),
+    ("laplace.logcdf", lambda x: stats.laplace.logcdf(x), (X + 0.05,)),
+    ("cauchy.logpdf", lambda x, m, s: stats.cauchy.logpdf(x, m, s), (3 * X, 0.3, 1.7)),
+    ("cauchy.pdf", lambda x, m, s: stats.cauchy.pdf(x, m, s), (3 * X, 0.3, 1.7)),
+    ("cauchy.cdf", lambda x, m, s: stats.cauchy.cdf(x, m, s), (X, 0.3, 1.7)),
+    ("lognorm.logpdf", lambda x, s, sc: stats.lognorm.logpdf(x, s, scale=sc), (POS, 0.8, 1.4)),
+    ("lognorm.cdf", lambda x, s, sc: stats.lognorm.cdf(x, s, scale=sc), (POS, 0.8, 1.4)),
+    ("lognorm.logcdf", lambda x, s: stats.lognorm.logcdf(x, s), (POS, 0.8)),
+    ("uniform.logpdf", lambda x, m, s: stats.uniform.logpdf(x, m, s), (UNIT, -0.5, 2.0)),
+    ("uniform.cdf", lambda x, m, s: stats.uniform.cdf(x, m, s), (UNIT, -0.5, 2.0)),
+    ("expon.logpdf", lambda x, m, s: stats.expon.logpdf(x, m, s), (POS, -0.1, 1.5)),
+    ("expon.pdf", lambda x, s: stats.expon.pdf(x, scale=s), (POS, 1.5)),
+    ("expon.logcdf", lambda x, s: stats.expon.logcdf(x, scale=s), (POS, 1.5)),
+    ("poisson.logpmf", lambda mu: stats.poisson.logpmf(np.arange(6), mu), (2.3,)),
+    ("poisson.pmf", lambda mu: stats.poisson.pmf(np.arange(6), mu), (2.3,)),
+    ("poisson.cdf", lambda mu: stats.poisson.cdf(np.arange(6) + 0.5, mu), (2.3,)),
+    ("poisson.logcdf", lambda mu: stats.poisson.logcdf(np.arange(6), mu), (2.3,)),
+    ("binom.logpmf", lambda p: stats.binom.logpmf(np.arange(7), 6, p), (0.3,)),
+    ("binom.pmf", lambda p: stats.binom.pmf(np.arange(7), 6, p), (0.3,)),
+    ("binom.cdf", lambda p: stats.binom.cdf(np.arange(7), 6, p), (0.3,)),
+    ("binom.logcdf", lambda p: stats.binom.logcdf(np.arange(7), 6, p), (0.3,)),
+    ("bernoulli.logpmf", lambda p: stats.bernoulli.logpmf(np.array([0, 1, 1]), p), (0.3,)),
+    ("bernoulli.cdf", lambda p: stats.bernoulli.cdf(np.array([0.0, 0.5]), p), (0.3,)),
+]
+
+
+@pytest.mark.parametrize("fn,args", [r[1:] for r in RULES], ids=[r[0] for r in RULES])
+def test_derivatives_every_mode(fn, args):
+    test_rule(fn, *args, noncontiguous=False)
+
+
+def test_broadcast_parameters_get_unbroadcast_cotangents():
+    test_rule(lambda x, m, s: stats.norm.logpdf(x[:, None], m, s),
+              X, np.array([0.0, 0.5, 1.0]), np.array([0.5, 1.0, 2.0]))
+    test_rule(lambda x, a, b: stats.beta.logpdf(x[:, None], a, b[:, None, None]),
+              UNIT, np.array([0.8, 2.0]), np.array([1.0, 3.0]), noncontiguous=False)
+
+
+REFUSED = [
+    ("gamma.cdf", "a", lambda a: stats.gamma.cdf(1.0, a), 2.0),
+    ("beta.cdf", "a", lambda a: stats.beta.cdf(0.3, a, 2.0), 2.0),
+    ("beta.cdf", "b", lambda b: stats.beta.cdf(0.3, 2.0, b), 2.0),
+    ("t.cdf", "df", lambda df: stats.t.cdf(0.3, df), 3.0),
+    ("binom.cdf", "n", lambda n: stats.binom.cdf(2, n, 0.3), 6.0),
+    ("binom.logpmf", "n", lambda n: stats.binom.logpmf(2, n, 0.3), 6.0),
+]
+
+
+@pytest.mark.parametrize("public,param,fn,at", REFUSED, ids=[f"{r[0]}-{r[1]}" for r in REFUSED])
+def test_refused_derivatives_name_function_and_parameter(public, param, fn, at):
+    for run in (lambda: mp.grad(fn)(at), lambda: mp.jvp(fn, (at,), (1.0,))):
+        with pytest.raises(mp.MissingRuleError) as e:
+            run()
+        assert public in str(e.value) and f"`{param}`" in str(e.value)
+
+
+def test_refused_parameter_as_constant_leaves_other_derivatives():
+    check_grads(lambda x, s: stats.gamma.cdf(x, 2.5, scale=s), 1.3, 0.8)
+    check_grads(lambda x: stats.beta.cdf(x, 2.0, 3.0), 0.4)
+
+
+def test_plain_calls_are_scipys():
+    x = np.linspace(-1, 2, 4)
+    for got, want in [(stats.norm.logpdf(x, 0.5, 2.0), ss.norm.logpdf(x, 0.5, 2.0)),
+                      (stats.gamma.cdf(x, 2.0), ss.gamma.cdf(x, 2.0)),
+                      (stats.poisson.pmf(3, 2.0), ss.poisson.pmf(3, 2.0)),
+                      (stats.norm(1.0, 2.0).cdf(x), ss.norm(1.0, 2.0).cdf(x))]:
+        assert type(got) is type(want)
+        np.testing.assert_array_equal(got, want)
+    assert stats.norm.ppf(0.5) == 0.0 and stats.norm(3.0).mean() == 3.0
+    assert stats.norm.rvs(size=3, random_state=0).shape == (3,)
+
+
+def test_unmirrored_methods_refuse_tracked_values():
+    with pytest.raises(mp.MissingRuleError, match="norm.ppf"):
+        mp.grad(lambda q: stats.norm.ppf(q))(0.3)
+    with pytest.raises(mp.MissingRuleError, match="norm"):
+        mp.grad(lambda m: stats.norm(m).mean())(0.3)
+    with pytest.raises(mp.MissingRuleError, match="multivariate_normal.cdf"):
+        mp.grad(lambda x: stats.multivariate_normal.cdf(x))(np.zeros(2))
+
+
+def test_frozen_distributions():
+    x = np.linspace(-1, 2, 4)
+    check_grads(lambda m, s: np.sum(stats.norm(m, s).logpdf(x)), 0.3, 1.2)
+    check_grads(lambda a: np.sum(stats.gamma(a, scale=2.0).logpdf(x + 1.5)), 1.7)
+    check_grads(lambda mu: np.sum(stats.poisson(mu).logpmf([0, 1, 4])), 1.7)
+    C = np.array([[1.0, 0.3], [0.3, 2.0]])
+    check_grads(lambda m: np.sum(stats.multivariate_normal(m, C).logpdf(np.ones((3, 2)))),
+                np.array([0.1, -0.2]))
+
+
+def test_signature_errors():
+    with pytest.raises(TypeError, match="missing"):
+        mp.grad(lambda x: stats.gamma.logpdf(x))(1.0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        mp.grad(lambda x: stats.norm.logpdf(x, mean=1.0))(1.0)
+
+
+def test_float32_stays_float32():
+    x = np.array([0.5, 1.5], dtype=np.float32)
+    for f in [lambda v: stats.norm.logpdf(v, 0.1, 2.0), lambda v: stats.t.logpdf(v, 3.0),
+              lambda v: stats.gamma.logpdf(v, 2.0), lambda v: stats.beta.cdf(v / 2, 2.0, 3.0),
+              lambda v: stats.multivariate_normal.logpdf(v, cov=np.eye(2, dtype=np.float32))]:
+        y, dy = mp.jvp(f, (x,), (np.ones_like(x),))
+        assert y.dtype == np.float32 and dy.dtype == np.float32
+
+
+# --- multivariate -----------------------------------------------------------------------
+
+def _spd(d, seed):
+    a = np.random.default_rng(seed).standard_normal((d, d))
+    return a @ a.T + d * np.eye(d)
+
+
+MVN_CASES = [  # x, mean, cov
+    (np.array([0.3, -0.2, 1.0]), np.array([0.1, 0.0, -0.5]), _spd(3, 0)),
+    (np.random.default_rng(1).standard_normal((4, 3)), None, _spd(3, 1)),
+    (np.random.default_rng(2).standard_normal((2, 5, 3)), np.ones(3), np.array([0.5, 1.0, 2.0])),
+    (np.random.default_rng(3).standard_normal((4, 2)), np.zeros(2), 1.7),
+    (np.array([0.3, -0.2, 1.0]), 0.5, 2.0),            # dimension 1: x holds 3 points
+    (0.4, None, np.array([[1.5]])),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MVN_CASES)))
+def test_multivariate_normal_values(case):
+    x, mean, cov = MVN_CASES[case]
+    want = ss.multivariate_normal.logpdf(x, mean, cov)
+    got = through_tracking(stats.multivariate_normal, "logpdf", x, mean, cov)
+    assert got.shape == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    got = through_tracking(stats.multivariate_normal, "pdf", x, mean=mean, cov=cov)
+    np.testing.assert_allclose(got, ss.multivariate_normal.pdf(x, mean, cov), rtol=1e-12)
+    if mean is not None and np.ndim(mean):
+        got = tracking_params(stats.multivariate_normal, "logpdf", x, mean, cov)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_multivariate_normal_derivatives():
+    x, mean, cov = MVN_CASES[1]
+    B = np.linalg.cholesky(cov)
+    # cov through a parametrisation that stays symmetric positive definite
+    test_rule(lambda x, m, b: stats.multivariate_normal.logpdf(x, m, b @ b.T + np.eye(3)),
+              x, np.zeros(3), B, noncontiguous=False)
+    test_rule(lambda x, m, d: stats.multivariate_normal.logpdf(x, m, d),
+              *MVN_CASES[2], noncontiguous=False)
+    test_rule(lambda x, s: stats.multivariate_normal.logpdf(x, np.zeros(2), s),
+              MVN_CASES[3][0], 1.7)
+
+
+def test_multivariate_normal_bad_covariance():
+    bad = np.array([[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(np.linalg.LinAlgError, match="positive definite"):
+        mp.grad(lambda x: stats.multivariate_normal.logpdf(x, cov=bad))(np.zeros(2))
+    with pytest.raises(mp.MissingRuleError, match="allow_singular"):
+        mp.grad(lambda x: stats.multivariate_normal.logpdf(x, cov=np.zeros((2, 2)),
+                                                           allow_singular=True))(np.zeros(2))
+    with pytest.raises(ValueError, match="cov"):
+        mp.grad(lambda m: stats.multivariate_normal.logpdf(np.zeros(3), m, np.eye(3)))(
+            np.zeros(2))
+    with pytest.raises(ValueError, match="mean"):
+        mp.grad(lambda m: stats.multivariate_normal.logpdf(np.zeros(4), m, np.eye(4)))(
+            np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="last axis"):
+        mp.grad(lambda x: stats.multivariate_normal.logpdf(x, cov=1.0))(np.zeros((4, 2)))
+
+
+@pytest.mark.parametrize("df", [1.0, 4.5, np.inf])
+def test_multivariate_t(df):
+    x = np.random.default_rng(4).standard_normal((5, 3))
+    loc, shape = np.array([0.2, -0.1, 0.0]), _spd(3, 5)
+    want = ss.multivariate_t.logpdf(x, loc, shape, df)
+    got = through_tracking(stats.multivariate_t, "logpdf", x, loc, shape, df)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    B = np.linalg.cholesky(shape)
+    if np.isfinite(df):  # SciPy's own multivariate_t.pdf fails at df=inf
+        np.testing.assert_allclose(
+            through_tracking(stats.multivariate_t, "pdf", x, loc, shape, df),
+            ss.multivariate_t.pdf(x, loc, shape, df), rtol=1e-12)
+        test_rule(lambda x, l, b, df: stats.multivariate_t.logpdf(x, l, b @ b.T, df),
+                  x, loc, B, df, noncontiguous=False)
+
+
+def test_dirichlet():
+    alpha = np.array([0.7, 2.0, 3.5])
+    x = np.array([[0.2, 0.5], [0.3, 0.1], [0.5, 0.4]])      # components on the first axis
+    for xv in (x, x[:, 0], x[:2], x[:2, 0]):               # K or K - 1 components
+        for method in ("logpdf", "pdf"):
+            want = getattr(ss.dirichlet, method)(xv, alpha)
+            got = through_tracking(stats.dirichlet, method, xv, alpha)
+            assert got.shape == np.shape(want)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+    test_rule(lambda x, a: stats.dirichlet.logpdf(x, a), x[:2], alpha, noncontiguous=False)
+    test_rule(lambda a: stats.dirichlet(a).logpdf(x), alpha, noncontiguous=False)
+    with pytest.raises(ValueError, match="simplex"):
+        mp.grad(lambda a: stats.dirichlet.logpdf(np.array([0.2, 0.2, 0.2]), a))(alpha)
+    with pytest.raises(ValueError, match="greater than 0"):
+        mp.grad(lambda v: stats.dirichlet.logpdf(v, -alpha))(x[:, 0])
