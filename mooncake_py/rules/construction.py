@@ -13,6 +13,15 @@ Not reachable: ``np.full(shape, x)``, ``np.r_[...]`` and ``np.c_[...]`` convert 
 ``np.asarray`` before any dispatch, so a tracked part raises TrackingLostError; write
 ``np.full_like(x, x, shape=shape)`` (or ``np.broadcast_to(x, shape)``) and ``np.concatenate``
 / ``np.stack`` / ``np.column_stack`` instead; the error says so (:func:`with_constructor_hint`).
+
+Example:
+    >>> import numpy as np, mooncake_py as mp
+    >>> mp.grad(lambda a: np.sum(np.linspace(a[0], a[1], 5)))(np.array([0.0, 1.0]))
+    array([2.5, 2.5])
+    >>> mp.grad(lambda w: np.sum(np.bincount([0, 2, 2], weights=w) * [1.0, 5.0, 7.0]))(np.ones(3))
+    array([1., 7., 7.])
+    >>> mp.grad(lambda x: np.sum(np.nan_to_num(x)))(np.array([np.nan, 2.0]))
+    array([0., 1.])
 """
 import operator
 import os
@@ -200,7 +209,16 @@ _CONSTRUCTOR_HINTS = {
 
 def with_constructor_hint(err):
     """``err`` (a TrackingLostError) with a first sentence naming the differentiable spelling
-    when it was raised inside np.r_/np.c_ or np.full, which reach no rule."""
+    when it was raised inside np.r_/np.c_ or np.full, which reach no rule.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.grad(lambda x: np.sum(np.r_[x, x]))(np.ones(2))
+        ... except mp.TrackingLostError as e:
+        ...     print(str(e)[:60])
+        np.r_[...] and np.c_[...] convert each part with np.array, w
+    """
     f = sys._getframe(1)
     for _ in range(8):  # the NumPy frame is a few calls up from the conversion
         if f is None:

@@ -6,6 +6,12 @@ Both are bilinear. In 'full' mode, ``y = convolve(a, v)`` has the adjoints
 ``convolve(a, v[::-1])``. The 'same' and 'valid' outputs are windows of the 'full' one, so
 their cotangent is first zero-padded back to the full length. The pullbacks are written with
 np.correlate/np.convolve themselves, whose rules then give second order.
+
+Example (the gradient of a smoothed signal's energy with respect to the filter):
+    >>> import numpy as np, mooncake_py as mp
+    >>> signal = np.array([1.0, 2.0, 0.0])
+    >>> mp.grad(lambda w: np.sum(np.convolve(signal, w, "same") ** 2))(np.array([0.5, 0.5]))
+    array([7., 7.])
 """
 import numpy as np
 

@@ -6,6 +6,14 @@ arithmetic and ``np.concatenate``, so every argument that NumPy treats as data (
 ``prepend``/``append`` values, the sample points and spacings) is differentiable, and second
 order comes from the rules of those ops. The slicing keeps the same operation order as NumPy,
 so values agree with NumPy's to the last bit or two.
+
+Example (a roughness penalty and a trapezoid integral, with their Hessian-vector product):
+    >>> import numpy as np, mooncake_py as mp
+    >>> f = lambda y: np.sum(np.diff(y, n=2) ** 2) + np.trapezoid(y ** 2, dx=0.5)
+    >>> mp.grad(f)(np.array([0.0, 1.0, 0.0, 1.0]))
+    array([ -4. ,  13. , -12. ,   4.5])
+    >>> mp.hvp(f)(np.zeros(3), np.array([1.0, 0.0, 0.0]))
+    array([ 2.5, -4. ,  2. ])
 """
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
@@ -19,7 +27,12 @@ from .shape import astype
 
 def as_array(x):
     """``x`` unchanged if it is an array or a wrapped (tracked/dual) value; a list holding
-    wrapped values stacked; anything else through ``np.asarray``."""
+    wrapped values stacked; anything else through ``np.asarray``.
+
+    Example:
+        >>> as_array([1.0, 2.0])
+        array([1., 2.])
+    """
     if type(x) in WRAPPER_TYPES or isinstance(x, np.ndarray) or am.device_module(x) is not None:
         return x
     if isinstance(x, (list, tuple)) and any(type(e) in WRAPPER_TYPES for e in x):
@@ -28,7 +41,12 @@ def as_array(x):
 
 
 def along(axis, key, ndim):
-    """The index tuple applying ``key`` to ``axis`` of an ``ndim``-dimensional array."""
+    """The index tuple applying ``key`` to ``axis`` of an ``ndim``-dimensional array.
+
+    Example:
+        >>> along(1, slice(1, None), 3)
+        (slice(None, None, None), slice(1, None, None), slice(None, None, None))
+    """
     return (slice(None),) * axis + (key,) + (slice(None),) * (ndim - axis - 1)
 
 

@@ -9,6 +9,16 @@ scheme, differentiable in the coefficients and in ``x``.
 np.sinc has rules: its derivatives of every order are :func:`sinc_derivative`, a primitive whose
 own rules call it with the next order, so ``sinc'(0) = 0`` and ``sinc''(0) = -π²/3`` come out as
 the limits they are instead of 0/0.
+
+Example:
+    >>> import numpy as np, mooncake_py as mp
+    >>> xp, fp = np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0, 3.0])
+    >>> mp.grad(lambda x: np.sum(np.interp(x, xp, fp)))(np.array([0.5, 2.0]))
+    array([2. , 0.5])
+    >>> mp.grad(lambda p: np.polyval(p, 2.0))(np.array([1.0, 0.0, 3.0]))
+    array([4., 2., 1.])
+    >>> print(round(float(mp.hessian(lambda x: np.sinc(x[0]))(np.zeros(1))[0, 0]), 6))
+    -3.289868
 """
 import math
 
@@ -101,8 +111,8 @@ def sinc_derivative(x, n):
 
     Example:
         >>> import numpy as np
-        >>> print(sinc_derivative(np.array([0.0, 0.5]), 1).round(6))
-        [ 0.       -1.27324 ]
+        >>> sinc_derivative(np.array([0.0, 0.5]), 1).round(6).tolist()
+        [0.0, -1.27324]
         >>> bool(np.isclose(sinc_derivative(0.0, 2), -np.pi ** 2 / 3))
         True
     """

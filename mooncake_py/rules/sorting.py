@@ -7,6 +7,13 @@ np.sort has its own rule in :mod:`.indexing`.
 
 Ties: where equal values compete, the derivative goes to the element NumPy's index functions
 pick (for np.unique the first occurrence, as ``return_index`` reports it).
+
+Example (the derivative of the second smallest value, and of the distinct values' sum):
+    >>> import numpy as np, mooncake_py as mp
+    >>> mp.grad(lambda x: np.partition(x, 1)[1])(np.array([3.0, 1.0, 2.0]))
+    array([0., 0., 1.])
+    >>> mp.grad(lambda x: np.sum(np.unique(x)))(np.array([2.0, 1.0, 2.0]))
+    array([1., 1., 0.])
 """
 import numpy as np
 

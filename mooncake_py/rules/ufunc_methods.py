@@ -7,6 +7,13 @@ The rules of ``np.add.reduce`` & co. (reductions with their own derivatives) liv
 ``a.shape + (1,) * b.ndim`` and ``b``, and a logaddexp reduction is
 :func:`mooncake_py.special.logsumexp` (with a factor ln 2 for base 2), whose rules are stable
 and give second order.
+
+Example:
+    >>> import numpy as np, mooncake_py as mp
+    >>> mp.grad(lambda x: np.logaddexp.reduce(x))(np.log(np.array([1.0, 3.0])))
+    array([0.25, 0.75])
+    >>> mp.grad(lambda a: np.sum(np.multiply.outer(a, np.array([1.0, 2.0]))))(np.ones(2))
+    array([3., 3.])
 """
 import math
 
