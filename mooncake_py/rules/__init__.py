@@ -5,6 +5,6 @@ from .registry import (RRULES, FRULES, ZERO_DERIVATIVE, rrule, frule, defvjp, pr
 from . import (derivative_table, elementwise, shape, reductions, indexing,  # noqa: F401
                linear_algebra, special, mutation)
 from . import (differences, convolution, interpolation, sorting, construction,  # noqa: F401
-               ufunc_methods)
+               ufunc_methods, statistics)
 from . import decompositions, signal  # noqa: F401
 from . import complex  # noqa: F401,E402  (last: it reads and overrides the families' rules)

@@ -55,3 +55,22 @@ def _unique(ar, return_index=False, return_inverse=False, return_counts=False, a
         return values
     extras = ((first,) if return_index else ()) + tuple(res[2:])
     return (values,) + extras
+
+
+# NumPy 2's array-API spellings: np.unique with fixed flags, results in NumPy's named tuples.
+def _array_api_unique(fn, flags):
+    result_type = type(fn(np.zeros(1))) if flags else None
+
+    def impl(x):
+        res = np.unique(x, **flags, equal_nan=False)
+        return res if result_type is None else result_type(*res)
+    impl.__name__ = f"_{fn.__name__}"
+    composite(fn)(impl)
+
+
+for _fn, _flags in (("unique_values", {}), ("unique_counts", {"return_counts": True}),
+                    ("unique_inverse", {"return_inverse": True}),
+                    ("unique_all", {"return_index": True, "return_inverse": True,
+                                    "return_counts": True})):
+    if hasattr(np, _fn):
+        _array_api_unique(getattr(np, _fn), _flags)
