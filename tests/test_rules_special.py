@@ -1,5 +1,5 @@
 """mooncake_py.special (logsumexp, softmax, log_softmax): values against scipy, rules against
-finite differences, closed forms, extreme inputs, float32, and the refused return_sign."""
+finite differences, closed forms, extreme inputs, float32, and return_sign."""
 import numpy as np
 import pytest
 
@@ -176,10 +176,19 @@ def test_float32_values_match_scipy():
 
 
 # --- errors -----------------------------------------------------------------------------------
-def test_return_sign_cannot_be_differentiated():
-    with pytest.raises(mp.MissingRuleError, match="return_sign=True") as e:
-        mp.grad(lambda x: lse(x, return_sign=True)[0])(X[0, :, 0])
-    assert "return_sign=False" in str(e.value)
+@pytest.mark.parametrize("kw", [dict(), dict(axis=1), dict(axis=0, keepdims=True)], ids=str)
+def test_return_sign_differentiates_log_abs_with_negative_weights(kw):
+    w = np.where(np.arange(4) % 2 == 0, 1.0, -0.4)  # mixed signs: the sums stay away from 0
+    xs = X[:, :, 0]
+
+    def f(x, b):
+        v, sign = lse(x, b=b, return_sign=True, **kw)
+        return v * sign  # the sign is a constant factor
+    test_rule(f, xs, w)
+    v, sign = lse(xs, b=w, return_sign=True, **kw)
+    v2, s2 = ss.logsumexp(xs, b=w, return_sign=True, **kw)
+    np.testing.assert_allclose(v, v2, rtol=1e-13)
+    np.testing.assert_array_equal(sign, s2)
     np.testing.assert_allclose(mp.grad(lse)(X[0, :, 0]), ss.softmax(X[0, :, 0]), rtol=1e-14)
 
 

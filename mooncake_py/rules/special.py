@@ -78,8 +78,9 @@ def _full_shape(a, b):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """``log(sum(b * exp(a), axis))`` computed stably; scipy.special.logsumexp's signature.
 
-    Differentiable in ``a`` and in the weights ``b``. ``return_sign=True`` (the log of
-    ``|Σ b·exp(a)|`` and the sign of the sum) works on plain arrays only: it has no rule.
+    Differentiable in ``a`` and in the weights ``b``, which may be negative with
+    ``return_sign=True``: then the outputs are ``log|Σ b·exp(a)|``, differentiable wherever the
+    sum is not zero, and the sign of the sum, a piecewise constant without a derivative.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -87,33 +88,56 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         1.791759469228055
         >>> mp.grad(lambda x: mp.special.logsumexp(x))(np.log([1.0, 3.0]))
         array([0.25, 0.75])
+        >>> mp.grad(lambda x: mp.special.logsumexp(x, b=[1.0, -1.0], return_sign=True)[0])(
+        ...     np.log([3.0, 1.0]))
+        array([ 1.5, -0.5])
     """
     if return_sign:
         return _lse_signed(a, axis, b, keepdims)
     return _lse(a, axis, b, keepdims)
 
 
-def _lse_signed(a, axis, b, keepdims):
-    """(log|Σ b·exp(a)|, sign of the sum): plain arrays only, as it has no derivative rule."""
+def _lse_signed_parts(a, axis, b, keepdims):
+    """(log|Σ b·exp(a)|, the sign of the sum, the shifted sum s = Σ b·exp(a - m) and the shift
+    m, both with kept dims), with ``np.`` calls on ``a`` and ``b``."""
     _, m, _ = _shift(a, axis, None if b is None else _full_shape(a, b))
-    s = np.sum(np.exp(a - m) if b is None else b * np.exp(a - m), axis=axis, keepdims=keepdims)
+    s = np.sum(np.exp(a - m) if b is None else b * np.exp(a - m), axis=axis, keepdims=True)
     with np.errstate(divide="ignore"):
-        out = np.log(np.abs(s)) + (m if keepdims else np.reshape(m, np.shape(s)))
-    return out, np.sign(s)
+        out = np.log(np.abs(s)) + m
+    sign = np.sign(stop_gradient(s))
+    if not keepdims:
+        shape = shape_of(np.sum(sign, axis=axis))
+        out, sign = np.reshape(out, shape), np.reshape(sign, shape)
+    return out, sign, s, m
 
 
-def _no_sign(return_sign, mode="reverse"):
-    if return_sign:
-        raise MissingRuleError(
-            f"mooncake_py.special.logsumexp(..., return_sign=True) has no {mode} rule: the sign "
-            "output is piecewise constant and log|Σ b·exp(a)| is not differentiable where the "
-            "sum changes sign. Use return_sign=False (the weighted sum must be positive), or "
-            "write np.log(np.abs(np.sum(b * np.exp(a - c), axis))) + c with a constant shift c.")
+def _lse_signed(a, axis, b, keepdims):
+    out, sign, _, _ = _lse_signed_parts(a, axis, b, keepdims)
+    return out, sign
+
+
+def _signed_rule(needs, a, axis, b, keepdims):
+    out, sign, s, m = _lse_signed_parts(a, axis, b, keepdims)
+
+    def pullback(gs):
+        g = gs[0]  # the sign is piecewise constant
+        shape = _full_shape(a, b)
+        gk = expand_reduced(g, shape, axis, keepdims)
+        # ∂ log|s| / ∂a_i = b_i·exp(a_i - m) / s, whatever the sign of s
+        w = np.exp(a - m) / s
+        ga = gb = None
+        if needs[0]:
+            ga = unbroadcast(gk * (w if b is None else b * w), shape_of(a))
+        if len(needs) > 2 and needs[2]:
+            gb = unbroadcast(np.broadcast_to(gk * w, shape), shape_of(b))
+        return (ga, None, gb, None, None)[:len(needs)]
+    return (out, sign), pullback
 
 
 @rrule(logsumexp, needs=True)
 def _logsumexp(needs, a, axis=None, b=None, keepdims=False, return_sign=False):
-    _no_sign(return_sign)
+    if return_sign:
+        return _signed_rule(needs, a, axis, b, keepdims)
     shifted, m = _lse_parts(a, axis, b, keepdims)
     y = shifted + (m if keepdims else np.reshape(m, shape_of(shifted)))
 
@@ -146,7 +170,8 @@ _LSE = (("a", "axis", "b", "keepdims", "return_sign"), (None, None, None, False,
 def _logsumexp_frule(primals, tangents, **kwargs):
     p, t = _bind(*_LSE, primals, tangents, kwargs)
     a, axis, b, keepdims = p["a"], p["axis"], p["b"], p["keepdims"]
-    _no_sign(p["return_sign"], "forward")
+    if p["return_sign"]:
+        return _signed_frule(a, axis, b, keepdims, t.get("a"), t.get("b"))
     shifted, m = _lse_parts(a, axis, b, keepdims)
     y = shifted + (m if keepdims else np.reshape(m, shape_of(shifted)))
     da, db = t.get("a"), t.get("b")
@@ -164,6 +189,21 @@ def _logsumexp_frule(primals, tangents, **kwargs):
         tb = align(db, nd) * e
         terms = tb if terms is None else terms + tb
     return y, np.sum(terms, axis=lane_axes(axis, nd), keepdims=keepdims)
+
+
+def _signed_frule(a, axis, b, keepdims, da, db):
+    out, sign, s, m = _lse_signed_parts(a, axis, b, keepdims)
+    if da is None and db is None:
+        return (out, sign), None
+    nd = len(_full_shape(a, b))
+    w = np.exp(a - m) / s
+    terms = None
+    if da is not None:
+        terms = align(da, nd) * (w if b is None else b * w)
+    if db is not None:
+        tb = align(db, nd) * w
+        terms = tb if terms is None else terms + tb
+    return (out, sign), (np.sum(terms, axis=lane_axes(axis, nd), keepdims=keepdims), None)
 
 
 def _softmax(x, axis):
