@@ -131,7 +131,8 @@ class Distribution:
         return forward
 
     def __repr__(self):
-        return f"<mooncake_py.scipy.stats.{self.name}: differentiable mirror of scipy.stats.{self.name}>"
+        return (f"<mooncake_py.scipy.stats.{self.name}: differentiable mirror of "
+                f"scipy.stats.{self.name}>")
 
     def __call__(self, *args, **kwds):
         return Frozen(self, args, kwds)
@@ -164,25 +165,25 @@ class Frozen:
 class Univariate(Distribution):
     """A continuous distribution written in standard coordinates ``z = (x - loc) / scale``.
 
-    Subclasses set ``shapes`` (names of the shape parameters), ``support`` (standard
-    coordinates), ``safe_z`` (a point inside it) and define ``_logpdf``, ``_cdf``, ``_sf`` (and
+    Subclasses set ``_shape_names``, ``_std_support`` (the support in standard
+    coordinates), ``_safe_z`` (a point inside it) and define ``_logpdf``, ``_cdf``, ``_sf`` (and
     ``_pdf``, ``_logcdf``, ``_logsf`` where SciPy computes them otherwise than its defaults),
     written with ruled calls.
     """
-    shapes = ()
-    support = (-INF, INF)
-    safe_z = 0.0
+    _shape_names = ()
+    _std_support = (-INF, INF)
+    _safe_z = 0.0
 
     def _shape_ok(self, name, v):
         return v > 0
 
     def _params(self, method, args, kwds):
-        names = self.shapes + ("loc", "scale")
+        names = self._shape_names + ("loc", "scale")
         vals = bind(f"{self.name}.{method}", names, {"loc": 0, "scale": 1}, args, kwds)
         *shapes, loc, scale = vals
         valid = True
         safe = []
-        for n, s in zip(self.shapes, shapes):
+        for n, s in zip(self._shape_names, shapes):
             s, ok = checked(s, self._shape_ok(n, s), 1.0)
             safe.append(s)
             valid = valid & ok
@@ -193,9 +194,9 @@ class Univariate(Distribution):
         shapes, loc, scale, valid = self._params(method, args, kwds)
         z = (arr(x) - loc) / scale
         shapes = as_dtype_of(z, shapes)
-        lo, hi = self.support
+        lo, hi = self._std_support
         inside = (z >= lo) & (z <= hi) & valid
-        zs = masked(inside, z, self.safe_z)
+        zs = masked(inside, z, self._safe_z)
         if method == "logpdf":
             val, fill = self._logpdf(zs, *shapes) - log(scale), -INF
         else:
@@ -208,9 +209,9 @@ class Univariate(Distribution):
         shapes, loc, scale, valid = self._params(method, args, kwds)
         z = (arr(x) - loc) / scale
         shapes = as_dtype_of(z, shapes)
-        lo, hi = self.support
+        lo, hi = self._std_support
         inside = (z > lo) & (z < hi) & valid
-        zs = masked(inside, z, self.safe_z)
+        zs = masked(inside, z, self._safe_z)
         # the value at or beyond the support's end: cdf 1 above it, sf 1 below it
         full = ((z >= hi) if method in ("cdf", "logcdf") else (z <= lo)) & valid
         val = getattr(self, "_" + method)(zs, *shapes)
@@ -292,18 +293,18 @@ class Discrete(Distribution):
     """A discrete distribution; the variate ``k`` (and ``loc``) carry no derivative (the mass
     function is piecewise constant in them), the shape parameters do.
 
-    Subclasses set ``shapes``, ``_shape_ok``, ``_support(*shapes)`` and define ``_logpmf`` and
-    ``_cdf`` (of ``floor(k)``) with ruled calls.
+    Subclasses set ``_shape_names``, ``_shape_ok``, ``_support(*shapes)`` and define
+    ``_logpmf`` and ``_cdf`` (of ``floor(k)``) with ruled calls.
     """
-    shapes = ()
+    _shape_names = ()
 
     def _params(self, method, k, args, kwds):
-        names = self.shapes + ("loc",)
+        names = self._shape_names + ("loc",)
         *shapes, loc = bind(f"{self.name}.{method}", names, {"loc": 0}, args, kwds)
         lo, hi = self._support(*shapes)
         valid = True
         safe = []
-        for n, s in zip(self.shapes, shapes):
+        for n, s in zip(self._shape_names, shapes):
             s, ok = checked(s, self._shape_ok(n, s), self._safe(n))
             safe.append(s)
             valid = valid & ok

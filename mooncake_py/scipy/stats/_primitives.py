@@ -122,8 +122,8 @@ def t_logpdf_std(x, df):
 
 # Student's t CDF: ∂/∂x is the t density.
 stdtr = _elementwise(lambda df, x: sc.stdtr(df, x),
-                     (("t.cdf (and sf, logcdf, logsf)", "df", "the derivative of Student's t CDF in df has no "
-                                      "practical closed form."),
+                     (("t.cdf (and sf, logcdf, logsf)", "df",
+                       "the derivative of Student's t CDF in df has no practical closed form."),
                       lambda df, x: np.exp(t_logpdf_std(x, df))))
 
 # Poisson CDF Q(k+1, mu) at integer k: ∂/∂mu = -pmf(k; mu). k is a constant (a count).
