@@ -212,17 +212,21 @@ def _qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fin
         raise MissingRuleError(
             f"scipy.linalg.qr(..., mode={mode!r}, pivoting={pivoting}) is not differentiated "
             "by mooncake_py; use mode='full', 'economic' or 'r' without pivoting.")
+    batched = len(shape_of(a)) > 2  # SciPy's batched qr returns a list, or R alone for 'r'
     if mode == "r":
-        return (np.linalg.qr(a, "complete")[1],)
-    return tuple(np.linalg.qr(a, _QR_MODES[mode]))
+        r = np.linalg.qr(a, "complete")[1]
+        return r if batched else (r,)
+    q, r = np.linalg.qr(a, _QR_MODES[mode])
+    return [q, r] if batched else (q, r)
 
 
 # --- eigh -------------------------------------------------------------------------------------
 @zero_derivative
-def _eigh_signs(v, a, b, lower, subset_by_index):
+def _eigh_signs(v, a, b, lower, subset_by_index, driver):
     """±1 per column: the signs that turn NumPy's eigenvectors into SciPy's (their drivers
-    differ), computed on the values (a constant)."""
-    w_s, v_s = _scipy().eigh(a, b, lower=lower, subset_by_index=subset_by_index)
+    differ), computed on the values (a constant). SciPy's signs are LAPACK's choice and may
+    jump under tiny perturbations; differentiate functions that do not see them."""
+    w_s, v_s = _scipy().eigh(a, b, lower=lower, subset_by_index=subset_by_index, driver=driver)
     s = np.sign(np.sum(v * v_s, axis=-2, keepdims=True))
     return np.where(s == 0, 1.0, s).astype(v.dtype)
 
@@ -276,7 +280,8 @@ def _eigh(a, b=None, *, lower=True, eigvals_only=False, overwrite_a=False, overw
     if b is not None:
         v = solve_triangular(fl, v, trans=1, lower=True)
     w, v = _subset(w, subset_by_index, -1), _subset(v, subset_by_index, -1)
-    return w, v * _eigh_signs(v, a, b, lower, subset_by_index)
+    v = v * _eigh_signs(v, a, b, lower, subset_by_index, driver)
+    return [w, v] if len(shape_of(a)) > 2 else (w, v)  # SciPy's batched eigh returns a list
 
 
 def eigvalsh(a, b=None, *, lower=True, overwrite_a=False, overwrite_b=False, type=1,
