@@ -1,0 +1,143 @@
+"""mooncake_py.scipy.signal (convolve, correlate, lfilter) and mooncake_py.scipy.integrate
+(trapezoid, simpson, cumulative_trapezoid): SciPy's values, every mode of differentiation."""
+import numpy as np
+import pytest
+
+ss = pytest.importorskip("scipy.signal")
+si = pytest.importorskip("scipy.integrate")
+
+import mooncake_py as mp  # noqa: E402
+from mooncake_py.scipy import signal, integrate  # noqa: E402
+from mooncake_py.testing import test_rule, check_grads  # noqa: E402
+
+RNG = np.random.default_rng(11)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape)
+
+
+# --- convolve, correlate ------------------------------------------------------------------------
+SHAPES = [((7,), (3,)), ((3,), (6,)), ((6,), (4,)), ((5, 4), (2, 3)), ((2, 3), (4, 5)),
+          ((3, 4, 2), (2, 2, 2))]
+
+
+@pytest.mark.parametrize("fn", [signal.convolve, signal.correlate])
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("sa,sb", SHAPES)
+def test_convolve_correlate(fn, mode, sa, sb):
+    test_rule(lambda a, b: fn(a, b, mode), rand(*sa), rand(*sb), ndirs=1)
+
+
+def test_plain_calls_are_scipy():
+    a, b = rand(6, 3), rand(2, 2)
+    for mode in ("full", "same", "valid"):
+        np.testing.assert_array_equal(signal.convolve(a, b, mode), ss.convolve(a, b, mode))
+        np.testing.assert_array_equal(signal.correlate(a, b, mode), ss.correlate(a, b, mode))
+    x = rand(8)
+    np.testing.assert_array_equal(signal.lfilter([1.0, 0.5], [1.0, -0.2], x),
+                                  ss.lfilter([1.0, 0.5], [1.0, -0.2], x))
+    np.testing.assert_array_equal(integrate.simpson(x, dx=0.1), si.simpson(x, dx=0.1))
+
+
+def test_convolve_method_keyword_and_constant_kernel():
+    k = rand(3)
+    test_rule(lambda a: signal.convolve(a, k, "same", method="fft"), rand(9), rtol=1e-6)
+    # convolution with a fixed kernel is linear: its Jacobian is the Toeplitz matrix of k
+    jac = mp.jacobian(lambda a: signal.convolve(a, k, "full"))(np.zeros(4))
+    want = np.array([[k[i - j] if 0 <= i - j < 3 else 0.0 for j in range(4)] for i in range(6)])
+    np.testing.assert_allclose(jac, want, atol=1e-14)
+
+
+def test_convolve_errors():
+    with pytest.raises(ValueError, match="mode"):
+        mp.grad(lambda a: np.sum(signal.convolve(a, a, "bogus")))(rand(3))
+    with pytest.raises(ValueError, match="dimensionality"):
+        mp.grad(lambda a: np.sum(signal.convolve(a, np.ones((2, 2)))))(rand(3))
+
+
+# --- lfilter ------------------------------------------------------------------------------------
+A_STABLE = np.array([1.2, -0.5, 0.2])
+
+
+@pytest.mark.parametrize("sb,sa,sx,axis", [((3,), (3,), (9,), -1), ((2,), (1,), (8,), -1),
+                                           ((4,), (2,), (2, 7), -1), ((2,), (3,), (6, 3), 0),
+                                           ((5,), (3,), (3,), -1)])
+def test_lfilter(sb, sa, sx, axis):
+    a = A_STABLE[:sa[0]] if sa[0] <= 3 else rand(*sa)
+    test_rule(lambda b, a, x: signal.lfilter(b, a, x, axis=axis), rand(*sb), a, rand(*sx))
+
+
+def test_lfilter_coefficient_lists_and_scalar_a():
+    x = rand(7)
+    test_rule(lambda p, x: signal.lfilter([1.0, p], [1.0, -0.3 * p], x), 0.7, x)
+    test_rule(lambda b, x: signal.lfilter(b, 2.0, x), rand(3), x)
+
+
+def test_lfilter_closed_form():
+    # one-pole filter y[n] = x[n] + p y[n-1] on an impulse: y[n] = pⁿ, dΣy/dp = Σ n pⁿ⁻¹
+    p, n = 0.6, np.arange(6)
+    g = mp.grad(lambda p: np.sum(signal.lfilter([1.0], [1.0, -p], np.eye(6)[0])))(p)
+    np.testing.assert_allclose(g, np.sum(n * p ** np.maximum(n - 1, 0)), rtol=1e-12)
+
+
+def test_lfilter_second_order():
+    x = rand(6)
+    f = lambda a1: np.sum(signal.lfilter([1.0, 0.5], np.stack([1.0, a1]), x) ** 2)  # noqa: E731
+    h = mp.hessian(f)(-0.4)
+    eps = 1e-5
+    fd = (mp.grad(f)(-0.4 + eps) - mp.grad(f)(-0.4 - eps)) / (2 * eps)
+    np.testing.assert_allclose(h, fd, rtol=1e-6)
+
+
+def test_lfilter_zi_refused():
+    with pytest.raises(mp.MissingRuleError, match="zi"):
+        mp.grad(lambda x: np.sum(signal.lfilter([1.0], [1.0, 0.1], x, zi=np.zeros(1))[0]))(
+            rand(4))
+
+
+def test_float32():
+    x = rand(6).astype(np.float32)
+    for f in (lambda x: signal.convolve(x, x, "same"),
+              lambda x: signal.lfilter(np.ones(2, np.float32), np.array([1, -.5], np.float32), x),
+              lambda x: integrate.cumulative_trapezoid(x)):
+        assert f(x).dtype == np.float32
+        assert mp.grad(lambda x: np.sum(f(x)))(x).dtype == np.float32
+        check_grads(lambda x: np.sum(f(x)), x)
+
+
+# --- integrate ----------------------------------------------------------------------------------
+XS = np.sort(RNG.random(7)) * 3
+
+
+@pytest.mark.parametrize("fn", [integrate.trapezoid, integrate.simpson,
+                                integrate.cumulative_trapezoid])
+@pytest.mark.parametrize("n", [2, 3, 6, 7])
+def test_integrate_y_and_x(fn, n):
+    test_rule(lambda y, x: fn(y, x=x), rand(n), XS[:n])
+    test_rule(lambda y, dx: fn(y, dx=dx), rand(n), 0.3)
+
+
+@pytest.mark.parametrize("fn", [integrate.trapezoid, integrate.simpson,
+                                integrate.cumulative_trapezoid])
+def test_integrate_axes_and_nd_x(fn):
+    test_rule(lambda y, x: fn(y, x, axis=0), rand(6, 2), XS[:6])
+    test_rule(lambda y, x: fn(y, x), rand(2, 5), np.sort(RNG.random((2, 5)), axis=1))
+    test_rule(lambda y: fn(y, axis=1), rand(2, 6, 2))
+
+
+def test_cumulative_trapezoid_initial():
+    test_rule(lambda y: integrate.cumulative_trapezoid(y, initial=0), rand(5))
+    with pytest.raises(ValueError, match="initial"):
+        mp.grad(lambda y: np.sum(integrate.cumulative_trapezoid(y, initial=1)))(rand(3))
+
+
+def test_integrate_closed_forms():
+    x = np.linspace(0.0, 2.0, 9)
+    # Simpson integrates cubics exactly: d/dc ∫ c x³ = 4
+    np.testing.assert_allclose(mp.grad(lambda c: integrate.simpson(c * x ** 3, x=x))(1.0), 4.0,
+                               rtol=1e-12)
+    # trapezoid in x: moving the last node by dx adds y_last · dx / 2 + ...; for y = 1, the
+    # integral is x[-1] - x[0], so the gradient is (-1, 0, ..., 0, 1)
+    g = mp.grad(lambda x: integrate.trapezoid(np.ones(9), x=x))(x)
+    np.testing.assert_allclose(g, np.r_[-1.0, np.zeros(7), 1.0], atol=1e-14)
