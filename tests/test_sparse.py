@@ -421,8 +421,9 @@ def _symmetric_patterns(draw):
 @SETTINGS
 @given(_symmetric_patterns())
 def test_star_coloring_is_a_star_coloring_that_recovers_the_matrix(P):
-    colors = star_coloring(P)
-    assert is_star_coloring(P, colors)
+    for algorithm in ("stars", "simple"):
+        for order in ("largest_first", "natural"):
+            assert is_star_coloring(P, star_coloring(P, order, algorithm))
     rng = np.random.default_rng(0)
     H = np.where(P, rng.standard_normal(P.shape), 0.0)
     H = H + H.T
@@ -438,6 +439,20 @@ def test_column_and_row_colorings_are_valid(m, n, density, seed):
     J = np.random.default_rng(seed).random((m, n)) < density
     assert is_column_coloring(J, column_coloring(J))
     assert is_column_coloring(J.T, row_coloring(J))
+
+
+def test_the_two_star_algorithms_on_a_grid_and_a_random_pattern():
+    f, x, args = problem("laplacian", 400)
+    P = mp.hessian_sparsity(f, x, *args)
+    assert star_coloring(P, algorithm="stars").max() + 1 == 5   # the optimum for a 5-point stencil
+    assert star_coloring(P, algorithm="simple").max() + 1 == 6
+    f, x, args = problem("logistic", 300, seed=1)
+    c = mp.prepare_sparse_hessian_cache(f, x, *args, coloring="simple")
+    assert is_star_coloring(c.pattern, c.colors)
+    np.testing.assert_allclose(mp.value_gradient_and_sparse_hessian(c, f, x, *args)[2].toarray(),
+                               mp.hessian(f)(x, *args), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="algorithm"):
+        star_coloring(P, algorithm="best")
 
 
 def test_is_star_coloring_rejects_a_bicolored_path():

@@ -117,11 +117,11 @@ def _seeds(colors, k, shape, dtype):
 class _HessianPlan:
     """Pattern, star coloring and, for each stored entry, where to read it in ``HV`` (k, n)."""
 
-    def __init__(self, pattern, order):
+    def __init__(self, pattern, order, algorithm):
         P = _adjacency(pattern)
         self.pattern = P
         self.n = P.shape[0]
-        self.colors = star_coloring(P, order) if self.n else np.zeros(0, np.int64)
+        self.colors = star_coloring(P, order, algorithm) if self.n else np.zeros(0, np.int64)
         self.k = int(self.colors.max()) + 1 if self.n and P.nnz else 0
         if self.k:
             i, j, counts, kk = _pair_counts(P, self.colors)
@@ -230,12 +230,14 @@ class SparseHessianCache:
 
 
 def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order="largest_first",
-                                 chunk_size=None):
+                                 coloring="stars", chunk_size=None):
     """Detect the Hessian pattern of ``f(x, *args)`` at ``x`` and star-color it, for reuse.
 
     ``pattern`` (any ``(n, n)`` scipy sparse or boolean array) skips detection: give a known
     pattern, or a superset of it. ``order`` is the coloring's vertex order ("largest_first",
-    "natural" or a permutation). ``chunk_size`` caps the colors per sweep (default: as
+    "natural" or a permutation); ``coloring`` its algorithm: "stars" (O(n·d²) for maximum degree
+    d, the default) or "simple" (O(n·d³), sometimes fewer colors on irregular patterns; see
+    :func:`~mooncake_py.sparse.coloring.star_coloring`). ``chunk_size`` caps the colors per sweep (default: as
     :func:`mooncake_py.hessian` chooses). Then :func:`value_gradient_and_sparse_hessian` costs
     one forward-over-reverse sweep with ``n_colors`` lanes. The cache checks the function and the
     arguments' shapes and dtypes on every call; the pattern is reused as found at preparation
@@ -262,7 +264,7 @@ def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order=
         raise TangentError(f"prepare_sparse_hessian_cache: pattern has shape "
                            f"{tuple(np.shape(pattern))}; x has {int(np.size(x))} elements, so it "
                            f"must be ({int(np.size(x))}, {int(np.size(x))}).")
-    return SparseHessianCache(f, (x,) + args, _HessianPlan(pattern, order), chunk_size)
+    return SparseHessianCache(f, (x,) + args, _HessianPlan(pattern, order, coloring), chunk_size)
 
 
 def value_gradient_and_sparse_hessian(cache, f, x, *args):
@@ -275,7 +277,7 @@ def value_gradient_and_sparse_hessian(cache, f, x, *args):
     return y, g, cache.plan.decompress(HV)
 
 
-def sparse_hessian(f, *, strict=False, order="largest_first", chunk_size=None):
+def sparse_hessian(f, *, strict=False, order="largest_first", coloring="stars", chunk_size=None):
     """The Hessian of a scalar ``f`` as a ``scipy.sparse.csr_array``: ``sparse_hessian(f)(x, *args)``.
 
     Detects the pattern at ``x``, star-colors it and evaluates it in one ``hvp(lanes=True)`` sweep
@@ -293,7 +295,7 @@ def sparse_hessian(f, *, strict=False, order="largest_first", chunk_size=None):
     @functools.wraps(f)
     def sparse_hessian_f(x, *args):
         c = prepare_sparse_hessian_cache(f, x, *args, strict=strict, order=order,
-                                         chunk_size=chunk_size)
+                                         coloring=coloring, chunk_size=chunk_size)
         return value_gradient_and_sparse_hessian(c, f, x, *args)[2]
     return sparse_hessian_f
 
