@@ -275,6 +275,10 @@ VECTOR_CASES = {
     "out_kwarg": _out_kwarg,
     "setitem_fancy": _setitem_fancy,
     "solve": lambda x: np.linalg.solve(np.eye(2) + np.diag(x[:2] ** 2), x[2:4]),
+    "ufunc_reduce_accumulate": lambda x: np.concatenate([
+        np.add.reduce(np.reshape(x, (2, 3))), np.multiply.accumulate(x[:3])]),
+    "solve_triangular": lambda x: mp.linalg.solve_triangular(np.triu(np.ones((3, 3))) + np.eye(3),
+                                                             x[:3] * x[3:]),
     "astype_expand": lambda x: np.expand_dims(x.astype(np.float32).astype(np.float64), 0)[0],
 }
 

@@ -25,8 +25,9 @@ from ..rules.cotangents import scatter_add
 from ..rules.shape import astype as _astype
 from ..rules import special as _special
 from . import rows as R
+from ..rules.linear_algebra import cho_solve, solve_triangular
 from .tracer import (PATTERN_RULES, PatternArray, call_primal, dense_fallback, pattern_rule,
-                     primal, primals, _is_ours)
+                     patterns_in, primal, _is_ours)
 
 _SEQ = (list, tuple)
 
@@ -226,7 +227,8 @@ def _reduction(nonlinear, axis_pos=1):
         if not _is_ours(x, trace) or any(_is_ours(a, trace) for a in others):
             return dense_fallback(trace, fn, args, kwargs, nonlinear, warn=False)
         shape = np.shape(x._value)
-        g, n_out = _groups(shape, _axes(_arg(args, kwargs, axis_pos, "axis"), len(shape)))
+        axis = _arg(args, kwargs, axis_pos, "axis", 0 if type(fn) is tuple else None)
+        g, n_out = _groups(shape, _axes(axis, len(shape)))
         rows = (R.group_map(g, n_out) @ x._rows).tocsr()
         if nonlinear:
             trace.add_pairs(rows, rows)
@@ -417,7 +419,7 @@ def _dense_rule(linear_in=None):
     """Every output depends on every input (inverse, solve, det, ...); linear when only the
     argument at position ``linear_in`` (solve's right-hand side) carries a pattern."""
     def rule(trace, fn, args, kwargs):
-        ours = [i for i, a in enumerate(args) if _is_ours(a, trace)]
+        ours = [i for i, a in enumerate(args) if patterns_in([a], trace)]
         linear = linear_in is not None and ours == [linear_in]
         return dense_fallback(trace, fn, args, kwargs, nonlinear=not linear, warn=False)
     return rule
@@ -426,4 +428,5 @@ def _dense_rule(linear_in=None):
 for _fn in (np.linalg.inv, np.linalg.pinv, np.linalg.det, np.linalg.slogdet, np.linalg.cholesky,
             np.linalg.eigh, np.linalg.eigvalsh, np.linalg.svd):
     PATTERN_RULES[_fn] = _dense_rule()
-PATTERN_RULES[np.linalg.solve] = _dense_rule(linear_in=1)
+for _fn in (np.linalg.solve, solve_triangular, cho_solve):
+    PATTERN_RULES[_fn] = _dense_rule(linear_in=1)

@@ -11,7 +11,12 @@ import numpy as np
 
 
 def sparse():
-    """The ``scipy.sparse`` module, imported on first use."""
+    """The ``scipy.sparse`` module, imported on first use.
+
+    Example:
+        >>> sparse().__name__
+        'scipy.sparse'
+    """
     import scipy.sparse as sp
     return sp
 
@@ -30,13 +35,24 @@ def identity_rows(n):
 
 
 def empty_rows(size, n):
-    """``size`` rows that depend on none of ``n`` inputs (a constant)."""
+    """``size`` rows that depend on none of ``n`` inputs (a constant).
+
+    Example:
+        >>> empty_rows(2, 3).nnz
+        0
+    """
     sp = sparse()
     return sp.csr_matrix((size, n), dtype=bool)
 
 
 def gather(G, idx):
-    """Rows ``idx`` (a flat integer array) of ``G``; the identity gather returns ``G`` itself."""
+    """Rows ``idx`` (a flat integer array) of ``G``; the identity gather returns ``G`` itself.
+
+    Example:
+        >>> gather(identity_rows(3), [2, 2]).toarray().astype(int)
+        array([[0, 0, 1],
+               [0, 0, 1]])
+    """
     idx = np.asarray(idx, dtype=np.intp).ravel()
     if idx.size == G.shape[0] and (idx.size == 0 or
                                    (idx[0] == 0 and np.array_equal(idx, np.arange(idx.size)))):
@@ -45,7 +61,15 @@ def gather(G, idx):
 
 
 def broadcast(G, shape, out_shape):
-    """The rows of an array of ``shape`` broadcast to ``out_shape``."""
+    """The rows of an array of ``shape`` broadcast to ``out_shape``.
+
+    Example (a column of 2 broadcast to a 2×2 array):
+        >>> broadcast(identity_rows(2), (2, 1), (2, 2)).toarray().astype(int)
+        array([[1, 0],
+               [1, 0],
+               [0, 1],
+               [0, 1]])
+    """
     shape, out_shape = tuple(shape), tuple(out_shape)
     if shape == out_shape:
         return G
@@ -55,7 +79,14 @@ def broadcast(G, shape, out_shape):
 
 
 def union(mats):
-    """Elementwise OR of equally shaped row matrices (``None`` entries skipped)."""
+    """Elementwise OR of equally shaped row matrices (``None`` entries skipped).
+
+    Example:
+        >>> G = identity_rows(2)
+        >>> union([G, None, gather(G, [1, 0])]).toarray().astype(int)
+        array([[1, 1],
+               [1, 1]])
+    """
     mats = [m for m in mats if m is not None]
     out = mats[0]
     for m in mats[1:]:
@@ -65,7 +96,13 @@ def union(mats):
 
 def group_map(groups, n_groups):
     """The ``(n_groups, len(groups))`` 0/1 matrix that sends element ``i`` to group ``groups[i]``:
-    ``group_map(g, k) @ G`` unions the rows of each group."""
+    ``group_map(g, k) @ G`` unions the rows of each group.
+
+    Example:
+        >>> (group_map([0, 1, 0], 2) @ identity_rows(3)).toarray().astype(int)
+        array([[1, 0, 1],
+               [0, 1, 0]])
+    """
     sp = sparse()
     m = len(groups)
     return sp.csr_matrix((np.ones(m, dtype=bool), (np.asarray(groups, dtype=np.intp),
@@ -73,7 +110,12 @@ def group_map(groups, n_groups):
 
 
 def any_row(G):
-    """One row: the union of all rows of ``G`` (every input any element depends on)."""
+    """One row: the union of all rows of ``G`` (every input any element depends on).
+
+    Example:
+        >>> any_row(gather(identity_rows(4), [3, 1])).toarray().astype(int)
+        array([[0, 1, 0, 1]])
+    """
     sp = sparse()
     cols = np.unique(G.indices)
     return sp.csr_matrix((np.ones(cols.size, dtype=bool), cols, [0, cols.size]),

@@ -185,12 +185,24 @@ def _check_fresh(a):
 
 
 def primal(a):
-    """The primal value of a PatternArray (anything else as it is)."""
+    """The primal value of a PatternArray (anything else as it is).
+
+    Example:
+        >>> t = Trace(2)
+        >>> primal(PatternArray(np.ones(2), R.identity_rows(2), t)), primal(3.0)
+        (array([1., 1.]), 3.0)
+    """
     return a._value if type(a) is PatternArray else a
 
 
 def primals(args):
-    """``args`` with PatternArrays (also inside one level of lists/tuples) replaced by primals."""
+    """``args`` with PatternArrays (also inside one level of lists/tuples) replaced by primals.
+
+    Example:
+        >>> p = PatternArray(np.zeros(1), R.identity_rows(1), Trace(1))
+        >>> primals([p, (p, 2)])
+        [array([0.]), (array([0.]), 2)]
+    """
     out = []
     for a in args:
         if type(a) is PatternArray:
@@ -259,12 +271,25 @@ def _call(fn, args, kwargs):
 
 
 def call_primal(fn, args, kwargs):
-    """``fn`` called on the primal values of its arguments."""
+    """``fn`` called on the primal values of its arguments.
+
+    Example:
+        >>> p = PatternArray(np.ones(2), R.identity_rows(2), Trace(2))
+        >>> call_primal(np.add, (p, 1.0), {})
+        array([2., 2.])
+    """
     return _call(fn, primals(args), {k: primal(v) for k, v in kwargs.items()})
 
 
 def patterns_in(args, trace):
-    """Every PatternArray of ``trace`` among ``args`` (and one level into lists/tuples)."""
+    """Every PatternArray of ``trace`` among ``args`` (and one level into lists/tuples).
+
+    Example:
+        >>> t = Trace(1)
+        >>> p = PatternArray(np.ones(1), R.identity_rows(1), t)
+        >>> len(patterns_in([p, [p, 1.0], np.ones(1)], t))
+        2
+    """
     found = []
     for a in args:
         if _is_ours(a, trace):
@@ -280,6 +305,18 @@ def dense_fallback(trace, fn, args, kwargs, nonlinear=True, warn=True):
 
     Warns with :class:`DenseFallbackWarning` (Python shows it once per function), or raises
     :class:`MissingRuleError` when the trace is strict.
+
+    Example (every output of an unknown op depends on inputs 0 and 1):
+        >>> t = Trace(3)
+        >>> p = PatternArray(np.ones(2), R.identity_rows(3)[:2], t)
+        >>> y = dense_fallback(t, np.cumsum, (p,), {}, warn=False)
+        >>> y.rows.toarray().astype(int)
+        array([[1, 1, 0],
+               [1, 1, 0]])
+        >>> t.hessian_pattern().toarray().astype(int)
+        array([[1, 1, 0],
+               [1, 1, 0],
+               [0, 0, 0]])
     """
     if warn:
         name = fn_name(fn)
