@@ -7,4 +7,4 @@ from . import (derivative_table, elementwise, shape, reductions, indexing,  # no
 from . import (differences, convolution, interpolation, sorting, construction,  # noqa: F401
                ufunc_methods, statistics)
 from . import decompositions, signal  # noqa: F401
-from . import complex  # noqa: F401,E402  (last: it reads and overrides the families' rules)
+from . import complex, fft  # noqa: F401,E402  (last: complex reads and overrides the families' rules)

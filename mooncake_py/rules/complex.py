@@ -36,7 +36,7 @@ def is_complex(x):
     """Whether ``x`` (an array, a wrapped array or a number) has a complex dtype."""
     dt = getattr(x, "dtype", None)
     if dt is not None:
-        return dt.kind == "c"
+        return getattr(dt, "kind", None) == "c"  # (a scalar type's dtype is a descriptor)
     return type(x) is complex
 
 
@@ -258,9 +258,9 @@ def _angle(needs, z, deg=False):
 
 
 @frule(np.angle, lanes=True)
-def _angle_f(primals, tangents):
+def _angle_f(primals, tangents, deg=False):
     z, dz = primals[0], tangents[0]
-    deg = primals[1] if len(primals) > 1 else False
+    deg = primals[1] if len(primals) > 1 else deg
     out = np.angle(z, deg)
     if dz is None or not is_complex(z):
         return out, None
