@@ -64,6 +64,12 @@ UNIVARIATE = [  # name, shape-parameter grids
     ("lognorm", [[-1.0, 0.0, 0.5, 2.0]]),
     ("uniform", []),
     ("expon", []),
+    ("halfnorm", []),
+    ("halfcauchy", []),
+    ("invgamma", [[-1.0, 0.0, 0.5, 1.0, 4.0]]),
+    ("logistic", []),
+    ("chi2", [[-1.0, 0.0, 0.5, 2.0, 7.0]]),
+    ("weibull_min", [[-1.0, 0.0, 0.5, 1.0, 3.0]]),
 ]
 METHODS = ["logpdf", "pdf", "logcdf", "cdf", "logsf", "sf"]
 
@@ -91,6 +97,8 @@ DISCRETE = [
     ("poisson", [[-1.0, 0.0, 0.5, 3.0, 20.0]]),
     ("binom", [[-1.0, 0.0, 5.0, 10.0, 5.5], [-0.1, 0.0, 0.3, 1.0, 1.2]]),
     ("bernoulli", [[-0.1, 0.0, 0.3, 1.0, 1.5]]),
+    ("nbinom", [[-1.0, 0.0, 0.5, 3.0, 12.0], [-0.1, 0.0, 0.3, 0.9, 1.0, 1.2]]),
+    ("geom", [[-0.1, 0.0, 0.3, 1.0, 1.5]]),
 ]
 
 
@@ -103,7 +111,7 @@ def test_discrete_values_equal_scipy(name, shapes):
         with np.errstate(all="ignore"):
             # binom.cdf has no derivative in n: n stays plain there
             got = tracking_params(getattr(stats, name), method, *args,
-                                  plain=(0,) if name == "binom" else ())
+                                  plain=(0,) if name in ("binom", "nbinom") else ())
         assert got.shape == want.shape, (name, method)
         assert_same(got, want)
 
@@ -143,6 +151,23 @@ RULES = [  # (id, function of float arguments, arguments)
     ("expon.logpdf", lambda x, m, s: stats.expon.logpdf(x, m, s), (POS, -0.1, 1.5)),
     ("expon.pdf", lambda x, s: stats.expon.pdf(x, scale=s), (POS, 1.5)),
     ("expon.logcdf", lambda x, s: stats.expon.logcdf(x, scale=s), (POS, 1.5)),
+    ("halfnorm.logpdf", lambda x, m, s: stats.halfnorm.logpdf(x, m, s), (POS, -0.1, 1.5)),
+    ("halfnorm.logcdf", lambda x, s: stats.halfnorm.logcdf(x, scale=s), (POS, 1.5)),
+    ("halfcauchy.logpdf", lambda x, s: stats.halfcauchy.logpdf(x, scale=s), (POS, 1.5)),
+    ("halfcauchy.logsf", lambda x, s: stats.halfcauchy.logsf(x, scale=s), (POS, 1.5)),
+    ("invgamma.logpdf", lambda x, a, s: stats.invgamma.logpdf(x, a, scale=s), (POS, 2.5, 1.5)),
+    ("invgamma.cdf", lambda x, s: stats.invgamma.cdf(x, 2.5, scale=s), (POS, 1.5)),
+    ("logistic.logpdf", lambda x, m, s: stats.logistic.logpdf(x, m, s), (X, 0.3, 1.7)),
+    ("logistic.logcdf", lambda x, m, s: stats.logistic.logcdf(x, m, s), (X, 0.3, 1.7)),
+    ("chi2.logpdf", lambda x, df: stats.chi2.logpdf(x, df), (POS, 3.5)),
+    ("chi2.logsf", lambda x, s: stats.chi2.logsf(x, 3.5, scale=s), (POS, 1.5)),
+    ("weibull_min.logpdf", lambda x, c, s: stats.weibull_min.logpdf(x, c, scale=s),
+     (POS, 1.7, 1.5)),
+    ("weibull_min.logcdf", lambda x, c: stats.weibull_min.logcdf(x, c), (POS, 1.7)),
+    ("nbinom.logpmf", lambda n, p: stats.nbinom.logpmf(np.arange(6), n, p), (2.5, 0.4)),
+    ("nbinom.logcdf", lambda p: stats.nbinom.logcdf(np.arange(12), 2.5, p), (0.4,)),
+    ("geom.logpmf", lambda p: stats.geom.logpmf(np.arange(1, 6), p), (0.3,)),
+    ("geom.cdf", lambda p: stats.geom.cdf(np.arange(1, 6), p), (0.3,)),
     ("poisson.logpmf", lambda mu: stats.poisson.logpmf(np.arange(6), mu), (2.3,)),
     ("poisson.pmf", lambda mu: stats.poisson.pmf(np.arange(6), mu), (2.3,)),
     ("poisson.cdf", lambda mu: stats.poisson.cdf(np.arange(6) + 0.5, mu), (2.3,)),
@@ -175,6 +200,9 @@ REFUSED = [
     ("t.cdf", "df", lambda df: stats.t.cdf(0.3, df), 3.0),
     ("binom.cdf", "n", lambda n: stats.binom.cdf(2, n, 0.3), 6.0),
     ("binom.logpmf", "n", lambda n: stats.binom.logpmf(2, n, 0.3), 6.0),
+    ("invgamma.cdf", "a", lambda a: stats.invgamma.cdf(2.0, a), 2.0),
+    ("chi2.cdf", "df", lambda df: stats.chi2.logsf(2.0, df), 2.0),   # named with its family
+    ("nbinom.cdf", "n", lambda n: stats.nbinom.cdf(2, n, 0.3), 2.0),
 ]
 
 

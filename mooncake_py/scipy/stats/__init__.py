@@ -9,8 +9,8 @@ variate and every parameter. Out-of-support values give -inf (log-density) or 0 
 invalid parameters nan. Frozen distributions (``stats.norm(loc, scale)``) work too.
 
 Derivatives with no practical closed form raise MissingRuleError naming the function and the
-parameter: ``gamma.cdf`` in ``a``, ``beta.cdf`` in ``a``/``b``, ``t.cdf`` in ``df``,
-``binom.cdf`` in ``n``. Other methods (``rvs``, ``ppf``, ``sf``, ``mean``, ...) forward to SciPy
+parameter: the CDFs (and sf, logcdf, logsf) of ``gamma``/``invgamma`` in ``a``, ``chi2`` and
+``t`` in ``df``, ``beta`` in ``a``/``b``, ``nbinom`` in ``n``; ``binom`` in its count ``n``. Other methods (``rvs``, ``ppf``, ``sf``, ``mean``, ...) forward to SciPy
 on plain arrays and raise MissingRuleError on tracked ones. See docs/scipy_stats.md.
 
 Example:
@@ -25,7 +25,11 @@ Example:
 """
 from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, uniform, expon,
                           poisson, binom, bernoulli)
+from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, nbinom,
+                    geom)
 from ._multivariate import multivariate_normal, multivariate_t, dirichlet
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
-           "poisson", "binom", "bernoulli", "multivariate_normal", "multivariate_t", "dirichlet"]
+           "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min",
+           "poisson", "binom", "bernoulli", "nbinom", "geom",
+           "multivariate_normal", "multivariate_t", "dirichlet"]

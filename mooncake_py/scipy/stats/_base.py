@@ -173,6 +173,7 @@ class Univariate(Distribution):
     _shape_names = ()
     _std_support = (-INF, INF)
     _safe_z = 0.0
+    _open_density = False   # SciPy evaluates the density on the closed support unless set
 
     def _shape_ok(self, name, v):
         return v > 0
@@ -195,7 +196,10 @@ class Univariate(Distribution):
         z = (arr(x) - loc) / scale
         shapes = as_dtype_of(z, shapes)
         lo, hi = self._std_support
-        inside = (z >= lo) & (z <= hi) & valid
+        if self._open_density:
+            inside = (z > lo) & (z < hi) & valid
+        else:
+            inside = (z >= lo) & (z <= hi) & valid
         zs = masked(inside, z, self._safe_z)
         if method == "logpdf":
             val, fill = self._logpdf(zs, *shapes) - log(scale), -INF
@@ -338,11 +342,14 @@ class Discrete(Distribution):
             # SciPy's order: 1 above the support, then nan for bad input, then the values.
             rest = np.where(bad, NAN, np.where(above, 1.0, 0.0))
             return np.where(inside, cdf, rest)
-        with np.errstate(divide="ignore"):
-            val = np.log(cdf)
+        val = self._logcdf(ks, *shapes)
         # logcdf: nan for bad input first, then 0 above the support (SciPy's order).
         rest = np.where(above, 0.0, np.where(bad, NAN, -INF))
         return np.where(inside, val, rest)
+
+    def _logcdf(self, k, *shapes):
+        with np.errstate(divide="ignore"):
+            return np.log(self._cdf(k, *shapes))
 
     def logpmf(self, k, *args, **kwds):
         """Log of the probability mass at ``k``; SciPy's signature (shape parameters, then

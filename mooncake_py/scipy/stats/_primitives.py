@@ -89,29 +89,40 @@ def _gamma_density(a, x):
 _INCOMPLETE = "the derivative of the regularized incomplete {} function in its shape parameter " \
               "has no practical closed form."
 
-_GAMMA = ("gamma.cdf (and sf, logcdf, logsf)", "a", _INCOMPLETE.format("gamma"))
-_BETA = "beta.cdf (and sf, logcdf, logsf)"
+def _gamma_refusal(public, param="a"):
+    return (f"{public}.cdf (and sf, logcdf, logsf)", param, _INCOMPLETE.format("gamma"))
 
-# P(a, x) = gammainc(a, x) and Q = 1 - P: ∂/∂x is ± the gamma density.
-gammainc = _elementwise(lambda a, x: sc.gammainc(a, x),
-                        (_GAMMA, lambda a, x: _gamma_density(a, x)))
-gammaincc = _elementwise(lambda a, x: sc.gammaincc(a, x),
-                         (_GAMMA, lambda a, x: -_gamma_density(a, x)))
+
+def incomplete_gamma(public, param="a"):
+    """(P, Q) = (gammainc, gammaincc) as primitives whose shape-parameter refusal names
+    ``public`` and ``param``; ∂/∂x is ± the gamma density."""
+    refusal = _gamma_refusal(public, param)
+    return (_elementwise(lambda a, x: sc.gammainc(a, x),
+                         (refusal, lambda a, x: _gamma_density(a, x))),
+            _elementwise(lambda a, x: sc.gammaincc(a, x),
+                         (refusal, lambda a, x: -_gamma_density(a, x))))
+
+
+gammainc, gammaincc = incomplete_gamma("gamma")
 
 
 def _beta_density(a, b, x):
     return np.exp(sc.xlogy(a - 1.0, x) + xlog1py(b - 1.0, -x) - betaln(a, b))
 
 
-# I_x(a, b) = betainc(a, b, x) and 1 - I: ∂/∂x is ± the beta density.
-betainc = _elementwise(lambda a, b, x: sc.betainc(a, b, x),
-                       ((_BETA, "a", _INCOMPLETE.format("beta")),
-                        (_BETA, "b", _INCOMPLETE.format("beta")),
-                        lambda a, b, x: _beta_density(a, b, x)))
-betaincc = _elementwise(lambda a, b, x: sc.betaincc(a, b, x),
-                        ((_BETA, "a", _INCOMPLETE.format("beta")),
-                         (_BETA, "b", _INCOMPLETE.format("beta")),
-                         lambda a, b, x: -_beta_density(a, b, x)))
+def incomplete_beta(public, a_name="a", b_name="b"):
+    """(I, 1 - I) = (betainc, betaincc) as primitives whose shape-parameter refusals name
+    ``public`` and the parameters ``a_name``, ``b_name``; ∂/∂x is ± the beta density."""
+    where = f"{public}.cdf (and sf, logcdf, logsf)"
+    why = _INCOMPLETE.format("beta")
+    ra, rb = (where, a_name, why), (where, b_name, why)
+    return (_elementwise(lambda a, b, x: sc.betainc(a, b, x),
+                         (ra, rb, lambda a, b, x: _beta_density(a, b, x))),
+            _elementwise(lambda a, b, x: sc.betaincc(a, b, x),
+                         (ra, rb, lambda a, b, x: -_beta_density(a, b, x))))
+
+
+betainc, betaincc = incomplete_beta("beta")
 
 
 def t_logpdf_std(x, df):
