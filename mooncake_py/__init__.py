@@ -7,7 +7,8 @@ Example:
 """
 from .errors import (MooncakeError, MissingRuleError, ReverseOverReverseError, OutputTypeError,
                      NonDifferentiableInputError, PreparedCacheSpecError, TrackingLostError,
-                     MutationError, RuleError, TangentError, MixedArrayModulesError)
+                     MutationError, RuleError, TangentError, MixedArrayModulesError,
+                     ArgumentError, EscapedValueError)
 from .config import Config
 from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient, composite
 from .tape import Tape, TrackedArray
@@ -59,6 +60,7 @@ __all__ = [
     "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
     "MutationError", "RuleError", "TangentError", "MixedArrayModulesError",
+    "ArgumentError", "EscapedValueError",
     # namespaces of wrapped SciPy functions
     "special", "linalg",
 ]

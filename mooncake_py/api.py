@@ -9,10 +9,11 @@ import numpy as np
 from . import array_module as am
 from .array_ops import has_buffer
 from .dual.dual_array import DualArray
-from .errors import NonDifferentiableInputError, OutputTypeError, TangentError
+from .errors import ArgumentError, NonDifferentiableInputError, OutputTypeError, TangentError
 from .pytree import flatten
 from .tape import Tape, TrackedArray
 from .arguments import describe_arg
+from .dispatch import WRAPPER_TYPES
 
 
 @contextlib.contextmanager
@@ -43,11 +44,27 @@ def is_float_leaf(x):
     return dt is not None and getattr(dt, "kind", None) in ("f", "c")
 
 
+def _is_foreign_array(x):
+    """An array of another library (a torch.Tensor): it converts to NumPy (``__array__`` or
+    ``__dlpack__``) but its dtype is no NumPy dtype, so NumPy's protocols on it lead nowhere we
+    can record. (Array-likes with NumPy dtypes, a pandas Series, stay ordinary constants.)"""
+    if isinstance(x, (np.ndarray, np.generic, type)) or type(x) in WRAPPER_TYPES:
+        return False
+    if not (hasattr(x, "__array__") or hasattr(x, "__dlpack__")):
+        return False
+    return not isinstance(getattr(x, "dtype", None), np.dtype) and not am.is_device(x)
+
+
 def _leaf_error(f, argnum, x, path=""):
     dt = getattr(x, "dtype", None)
     what = f"{type(x).__name__}" + (f" with dtype {dt}" if dt is not None else "")
     hint = ("convert it to floating point (x.astype(float) or 2.0 instead of 2), or leave it "
             "out of argnums so it is treated as a constant")
+    if _is_foreign_array(x):
+        what = f"{type(x).__module__}.{type(x).__name__}" + (f" of dtype {dt}" if dt else "")
+        hint = ("mooncake_py differentiates NumPy code on NumPy (or CuPy) arrays: pass "
+                "np.asarray(x) (for a torch tensor, x.detach().cpu().numpy()) instead, or leave "
+                "it out of argnums so it is treated as a constant")
     return NonDifferentiableInputError(
         f"argument {argnum}{path} of {_fname(f)} is a {what}, which has no derivative; {hint}.")
 
@@ -73,7 +90,9 @@ class _Tracked:
             if tree.kind == "leaf" and not is_float_leaf(leaves[0]):
                 raise _leaf_error(f, i, leaves[0])
             new, where = [], []
-            for leaf in leaves:
+            for j, leaf in enumerate(leaves):
+                if type(leaf) is not np.ndarray:
+                    check_leaf_kind(f, i, leaf, "" if tree.kind == "leaf" else f" (leaf {j})")
                 if is_float_leaf(leaf):
                     where.append(len(self.tracked))
                     if type(leaf) is DualArray and has_buffer(leaf._tangent):
@@ -158,12 +177,49 @@ def _check_cotangent_kind(f, o, s):
             f"belongs to is real ({o._value.dtype}); give a real cotangent (np.real(ybar)).")
 
 
+def check_leaf_kind(f, argnum, x, path=""):
+    """Raise a named error for a differentiated leaf no transformation can take: an
+    ``np.matrix`` (its ``*`` is a matrix product and its reductions stay 2-D, so rules written
+    for arrays would give wrong shapes) or an array of another library."""
+    if isinstance(x, np.matrix):
+        raise NonDifferentiableInputError(
+            f"argument {argnum}{path} of {_fname(f)} is an np.matrix; np.matrix is not supported "
+            "(its * is a matrix product and its reductions keep two dimensions, so derivatives "
+            "would get wrong shapes). Pass np.asarray(x) and write x @ y for matrix products.")
+    if _is_foreign_array(x):
+        raise _leaf_error(f, argnum, x, path)
+
+
+def check_args(f, args, nums):
+    """:func:`check_leaf_kind` on every leaf of the arguments in ``nums``."""
+    for i in nums:
+        leaves, tree = flatten(args[i])
+        for j, leaf in enumerate(leaves):
+            if type(leaf) is not np.ndarray:
+                check_leaf_kind(f, i, leaf, "" if tree.kind == "leaf" else f" (leaf {j})")
+
+
+def _is_index(i):
+    return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+
+
 def _norm_argnums(argnums, nargs, f):
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if _is_index(argnums):
+        nums = (int(argnums),)
+    elif isinstance(argnums, (tuple, list)) and all(map(_is_index, argnums)):
+        nums = tuple(int(i) for i in argnums)
+    else:
+        raise ArgumentError(
+            f"argnums={argnums!r} ({type(argnums).__name__}) for {_fname(f)}: argnums must be "
+            "the position of a positional argument (an int such as 0) or a tuple of them "
+            "(argnums=(0, 1)); keyword arguments cannot be differentiated, pass them "
+            "positionally.")
     for i in nums:
         if not -nargs <= i < nargs:
-            raise TypeError(f"argnums={argnums!r} but {_fname(f)} was called with {nargs} "
-                            "positional argument(s).")
+            raise ArgumentError(
+                f"argnums={argnums!r} but {_fname(f)} was called with {nargs} positional "
+                f"argument(s), so valid positions are 0..{nargs - 1} (or negative from the "
+                "end). Pass the argument positionally, or fix argnums.")
     return tuple(i % nargs for i in nums)
 
 
@@ -198,12 +254,15 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
         am.module_of(*[args[i] for i in nums], what=what)
         tape = Tape()
         with gc_paused():
-            tr = _Tracked(f, args, nums, tape)
-            y = f(*tr.args, **kwargs)
-            if has_aux:
-                y, aux = split_aux(f, y)
-            _check_scalar(f, y)
-            grads = tr.structure(tape.gradient(y, tr.entry))
+            try:
+                tr = _Tracked(f, args, nums, tape)
+                y = f(*tr.args, **kwargs)
+                if has_aux:
+                    y, aux = split_aux(f, y)
+                _check_scalar(f, y)
+                grads = tr.structure(tape.gradient(y, tr.entry))
+            finally:
+                tape.close()  # a tracked value f saved somewhere raises if used later
         if has_aux:
             return (_unwrap_out(y), plain(aux)), grads[0] if single else tuple(grads)
         return _unwrap_out(y), grads[0] if single else tuple(grads)
@@ -256,6 +315,7 @@ def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,
         (array([3., 3.]), np.float64(3.0))
     """
     tape = Tape()
+    check_args(f, args, range(len(args)))
     nums = tuple(i for i in range(len(args)) if any(map(is_float_leaf, flatten(args[i])[0])))
     tr = _Tracked(f, args, nums, tape)
     y = f(*tr.args, **kwargs)
@@ -274,11 +334,16 @@ def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,
                 raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has shape "
                                    f"{ss}; the output it belongs to has shape {os_}.")
             _check_cotangent_kind(f, o, s)
-        cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
+        tape.reopen()
+        try:
+            cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
+        finally:
+            tape.close()
         full = [None] * len(args)
         for (i, *_), c in zip(tr.slots, cots):
             full[i] = c
         return tuple(full)
+    tape.close()  # recording is over: only the pullback's sweep may use the tape again
     if has_aux:
         return ytree.unflatten([_unwrap_out(o) for o in outs]), pullback, plain(aux)
     return ytree.unflatten([_unwrap_out(o) for o in outs]), pullback

@@ -83,12 +83,36 @@ def _show(spec):
     return f"a {kind} of shape {shape} and dtype {dt}"
 
 
+def expect_cache(cache, kind, caller):
+    """Raise PreparedCacheSpecError unless ``cache`` was prepared by ``prepare_<kind>_cache``."""
+    spec = getattr(cache, "spec", None)
+    if type(spec) is CacheSpec and spec.kind == kind:
+        return
+    got = "None" if cache is None else f"a {type(cache).__name__}"
+    if type(spec) is CacheSpec:
+        got += f" (made by mp.prepare_{spec.kind}_cache)"
+    raise PreparedCacheSpecError(
+        f"{caller} takes, as its first argument, the cache that mp.prepare_{kind}_cache(f, "
+        f"*args) returns; it got {got}. Prepare one with c = mp.prepare_{kind}_cache(f, *args) "
+        f"and call {caller}(c, f, ...).")
+
+
 class GradientCache:
-    """Prepared by :func:`prepare_gradient_cache`; used by :func:`value_and_gradient`."""
+    """Prepared by :func:`prepare_gradient_cache`; used by :func:`value_and_gradient`.
+
+    Pickles like the other caches (when ``f`` does): the gradient function is rebuilt on
+    loading, not stored."""
 
     def __init__(self, f, args):
         self.spec = CacheSpec("gradient", f, args)
         self._vg = value_and_grad(f, argnums=self.spec.float_args)
+
+    def __getstate__(self):
+        return {"spec": self.spec}
+
+    def __setstate__(self, state):
+        self.spec = state["spec"]
+        self._vg = value_and_grad(self.spec.f, argnums=self.spec.float_args)
 
 
 class PullbackCache:
@@ -122,6 +146,7 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
     Raises PreparedCacheSpecError when ``f`` or the arguments' structure, shapes or dtypes
     differ from those the cache was prepared with. Example: :func:`prepare_gradient_cache`.
     """
+    expect_cache(cache, "gradient", "value_and_gradient")
     cache.spec.check(f, args)
     y, gs = cache._vg(*args)
     full = [None] * len(args)
@@ -152,6 +177,7 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
     The earlier order ``value_and_pullback(cache, ybar, f, *args)`` is still accepted (told
     apart by which of the two is the cache's function). Example: :func:`prepare_pullback_cache`.
     """
+    expect_cache(cache, "pullback", "value_and_pullback")
     if f is not cache.spec.f and ybar is cache.spec.f:
         f, ybar = ybar, f
     cache.spec.check(f, args)

@@ -47,3 +47,25 @@ class TangentError(MooncakeError, ValueError):
 
 class MixedArrayModulesError(MooncakeError, TypeError):
     """NumPy (host) arrays and CuPy (device) arrays were mixed in one operation."""
+
+
+class ArgumentError(MooncakeError, TypeError):
+    """A transformation was called wrongly: ``argnums`` of the wrong type or out of range, a
+    missing direction ``v``, ``primals``/``tangents`` that are not tuples, or an object that is
+    not the prepared cache the function takes."""
+
+
+class EscapedValueError(TrackingLostError):
+    """A tracked or dual value outlived the ``grad``/``jvp``/``hvp`` call that made it (saved in
+    a list or a global) and was used afterwards, where its derivative means nothing."""
+
+
+def escaped_message(kind, fn):
+    """The message of EscapedValueError for a ``kind`` ("tracked"/"dual") value reaching ``fn``."""
+    made = "grad/vjp/hvp/hessian" if kind == "tracked" else "jvp/hvp/hessian"
+    return (f"A {kind} value outlived the {made} call that made it and reached {fn}: the "
+            f"function being differentiated saved it (in a list, a closure, a global) and it "
+            "was used after that call returned, where its derivative is meaningless (in a "
+            "later grad it would be mistaken for an outer variable). Return what you need "
+            "instead of saving it: use has_aux=True to get extra outputs as plain arrays, or "
+            "save mp.stop_gradient(x) (its plain value) rather than x.")

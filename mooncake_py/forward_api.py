@@ -5,14 +5,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import array_module as am
-from .api import is_float_leaf, vjp, _fname, _norm_argnums, split_aux, plain
+from .api import is_float_leaf, vjp, _fname, _norm_argnums, split_aux, plain, check_leaf_kind, check_args
 from .array_ops import has_buffer
 from .config import current_config
 from .dual.dual_array import DualArray, Tag, _validate, _as_value
-from .errors import (NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
+from .errors import (ArgumentError, NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
                      TangentError)
 from .pytree import flatten, leaf_paths, ravel_pytree
-from .caches import CacheSpec
+from .caches import CacheSpec, expect_cache
 
 
 def _lane_count(tangents):
@@ -30,9 +30,10 @@ def _lane_count(tangents):
 def _seed(f, primals, tangents, lanes):
     """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise TypeError(
+        raise ArgumentError(
             f"jvp(f, primals, tangents) takes tuples of positional arguments of {_fname(f)}: "
-            f"jvp(f, (x,), (v,)); got {type(primals).__name__} and {type(tangents).__name__}.")
+            f"jvp(f, (x,), (v,)); got {type(primals).__name__} and {type(tangents).__name__}. "
+            "Wrap a single argument and its tangent in one-element tuples.")
     if len(primals) != len(tangents):
         raise TangentError(f"jvp got {len(primals)} primal(s) but {len(tangents)} tangent(s) for "
                            f"{_fname(f)}; give one tangent (or None) per positional argument.")
@@ -54,6 +55,8 @@ def _seed(f, primals, tangents, lanes):
             if v is None:
                 new.append(x)
                 continue
+            if type(x) is not np.ndarray:
+                check_leaf_kind(f, i, x, path)
             _validate(x, v, k, what=f"argument {i}{path} of {_fname(f)}")
             am.module_of(x, v, what=f"argument {i}{path} of {_fname(f)}")
             x = _as_value(x)
@@ -104,11 +107,14 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
                [0., 1.]])
     """
     tag, args = _seed(f, primals, tangents, lanes)
-    y = f(*args)
-    if has_aux:
-        y, aux = split_aux(f, y)
-    outs, tree = flatten(y)
-    pairs = [_result(o, tag) for o in outs]
+    try:
+        y = f(*args)
+        if has_aux:
+            y, aux = split_aux(f, y)
+        outs, tree = flatten(y)
+        pairs = [_result(o, tag) for o in outs]
+    finally:
+        tag.close()  # a dual f saved somewhere raises if used later
     if has_aux:
         return (tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs]),
                 plain(aux))
@@ -179,6 +185,7 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
     :class:`~mooncake_py.errors.PreparedCacheSpecError` saying what differs. See
     :func:`prepare_derivative_cache` for an example.
     """
+    expect_cache(cache, "derivative", "value_and_derivative")
     n = len(cache.spec.trees)
     if len(tangents_and_args) == n + 1:
         t, *primals = tangents_and_args
@@ -249,6 +256,7 @@ def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None =
 
     @functools.wraps(f)
     def jacobian_f(*args):
+        check_args(f, args, _norm_argnums(argnums, len(args), f))  # named errors, early
         if not isinstance(argnums, int) or not is_float_leaf(args[argnums % len(args)] if args
                                                              else None):
             return _jacobian_tree(f, args, argnums, mode, chunk_size)
@@ -338,6 +346,10 @@ def _check_output(f, y):
 
 def _jac_forward(f, fx, x, chunk_size):
     n = int(np.size(x))
+    if n == 0:  # no direction to push: the Jacobian is empty, shaped y.shape + (…, 0, …)
+        y = _check_output(f, fx(x))
+        return np.zeros(tuple(np.shape(y)) + tuple(np.shape(x)),
+                        dtype=np.result_type(getattr(y, "dtype", float), x.dtype))
     c = chunk_size or current_config().chunk_size or 32
     c = max(1, min(int(c), n))
     cols, y = [], None

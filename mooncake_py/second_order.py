@@ -12,10 +12,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import array_module as am
-from .api import value_and_grad, _norm_argnums, _fname, is_float_leaf
-from .caches import CacheSpec
+from .api import value_and_grad, _norm_argnums, _fname, is_float_leaf, check_args
+from .caches import CacheSpec, expect_cache
 from .config import current_config
-from .errors import NonDifferentiableInputError, TangentError
+from .errors import ArgumentError, NonDifferentiableInputError, TangentError
 from .forward_api import _seed, _result
 from .pytree import flatten
 
@@ -33,7 +33,10 @@ def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False):
     for i, v in zip(nums, vs):
         tangents[i] = v
     tag, dargs = _seed(f, tuple(args), tuple(tangents), lanes)
-    y, grads = value_and_grad(f, argnums=nums, has_aux=has_aux)(*dargs, **kwargs)
+    try:
+        y, grads = value_and_grad(f, argnums=nums, has_aux=has_aux)(*dargs, **kwargs)
+    finally:
+        tag.close()  # duals f saved somewhere raise if used later (the results are unwrapped)
     if has_aux:
         y, aux = y
     value = _result(y, tag)[0] if is_float_leaf(y) else y
@@ -79,6 +82,12 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
     """
     @functools.wraps(f)
     def hvp_f(*args_and_v, **kwargs):
+        if len(args_and_v) < 2:
+            raise ArgumentError(
+                f"hvp(f)(*args, v) takes the arguments of {_fname(f)} and then the direction v "
+                f"as the last positional argument; it got {len(args_and_v)} positional "
+                "argument(s), so v is missing. Call mp.hvp(f)(x, v) with v shaped like x (or "
+                "mp.hessian(f)(x) for the whole matrix).")
         *args, v = args_and_v
         nums = _norm_argnums(argnums, len(args), f)
         try:
@@ -116,6 +125,7 @@ def _chunk(n, itemsize, chunk_size):
 
 def _hessian_rows(f, nums, args, kwargs, chunk_size):
     """Value, gradients and the dense (N, N) Hessian over all float leaves of ``nums``."""
+    check_args(f, args, nums)
     leaves = _float_leaves(args, nums)
     sizes = [int(np.size(leaf)) for _, _, leaf in leaves]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
@@ -130,8 +140,8 @@ def _hessian_rows(f, nums, args, kwargs, chunk_size):
             "the result as a complex array), or take the Hessian of f in (Re z, Im z).")
     xp = am.module_of(*[leaf for _, _, leaf in leaves], what=f"the Hessian of {_fname(f)}")
     k = _chunk(n, np.dtype(dtype).itemsize, chunk_size)
-    H = xp.empty((n, n), dtype=dtype)
-    value, grads = None, None
+    blocks = []  # row blocks, joined at the end: under jvp they are duals, which a plain
+    value, grads = None, None  # preallocated H could not hold (jvp(hessian(f)): third order)
     for r0 in range(0, n, k):
         rows = min(k, n - r0)
         basis = xp.eye(rows, n, r0, dtype=dtype)
@@ -150,7 +160,11 @@ def _hessian_rows(f, nums, args, kwargs, chunk_size):
             for t in flatten(hv)[0]:
                 if t is not None:
                     cols.append(np.reshape(t, (rows, -1)))
-        H[r0:r0 + rows] = np.concatenate(cols, axis=1) if cols else 0
+        blocks.append(np.concatenate(cols, axis=1) if cols else xp.zeros((rows, n), dtype=dtype))
+    if not blocks:
+        H = xp.empty((n, n), dtype=dtype)
+    else:
+        H = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
     return value, grads, H, leaves, offsets
 
 
@@ -245,6 +259,7 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
     The arguments are checked against the preparation (PreparedCacheSpecError). Example:
     :func:`prepare_hvp_cache`.
     """
+    expect_cache(cache, "hvp", "value_and_hvp")
     cache.spec.check(f, args)
     nums = cache.spec.float_args
     if len(args) == 1:
@@ -288,6 +303,7 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
     """``(f(*args), ∇f, ∇²f)``; with several float arguments the gradient is a tuple and the
     Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``.
     Example: :func:`prepare_hessian_cache`."""
+    expect_cache(cache, "hessian", "value_gradient_and_hessian")
     cache.spec.check(f, args)
     nums = cache.spec.float_args
     value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size)

@@ -19,8 +19,9 @@ from ..array_ops import (ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, 
 from ..arguments import kwargs_to_positional, missing_rule_message
 from ..config import _CONFIG as _DEBUG
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
-from ..errors import (MissingRuleError, MutationError, NonDifferentiableInputError, RuleError,
-                      TangentError, TrackingLostError)
+from ..errors import (EscapedValueError, MissingRuleError, MutationError,
+                      NonDifferentiableInputError, RuleError, TangentError, TrackingLostError,
+                      escaped_message)
 from ..rules.broadcasting import shape_of
 from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
@@ -36,12 +37,18 @@ class Tag:
     """One forward-mode transformation: its nesting level and its lane count (0: no lanes).
     ``complex``: whether a complex value has been perturbed by it; from then on every op checks
     that its rule holds for the complex values it is given (real-only tags never pay for it)."""
-    __slots__ = ("level", "lanes", "complex")
+    __slots__ = ("level", "lanes", "complex", "closed")
 
     def __init__(self, lanes=0):
         self.level = new_level()
         self.lanes = lanes
         self.complex = False
+        self.closed = False  # set when the jvp/hvp that made the tag returns (see close)
+
+    def close(self):
+        """The transformation has returned: its duals that escaped (saved by ``f`` in a list or
+        a global) raise EscapedValueError when used, instead of acting as live duals."""
+        self.closed = True
 
     def __repr__(self):
         return f"Tag(level={self.level}, lanes={self.lanes})"
@@ -196,6 +203,8 @@ def _write_out(fn, o, r, where):
 
 # --- the forward dispatch -------------------------------------------------------------------
 def _apply(tag, fn, args, kwargs):
+    if tag.closed:
+        raise EscapedValueError(escaped_message("dual", fn_name(fn)))
     if kwargs:
         if "out" in kwargs:
             o = kwargs["out"]

@@ -19,7 +19,7 @@ from .. import array_module as am
 from ..array_ops import buffer_root, has_buffer, innermost, write_out, WRITTEN_INTO_PLAIN
 from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
-from ..errors import (MissingRuleError, ReverseOverReverseError, MutationError,
+from ..errors import (EscapedValueError, escaped_message, MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
 from ..rules.complex import (HOLOMORPHIC, HolomorphicPullback, RealParts, check_complex_call,
@@ -72,6 +72,19 @@ class Tape:
 
     def __len__(self):
         return len(self._pullbacks)
+
+    def close(self):
+        """End recording for good (``grad`` and ``vjp`` call this when ``f`` has returned): a
+        value of this tape used afterwards raises EscapedValueError. Costs nothing per op: the
+        tape changes class, as it does on its first write."""
+        if type(self) is not ClosedTape:
+            self._open_class = type(self)
+            self.__class__ = ClosedTape
+
+    def reopen(self):
+        """Undo :meth:`close` (a vjp's pullback sweeps the tape, which may view buffers again)."""
+        if type(self) is ClosedTape:
+            self.__class__ = self._open_class
 
     # --- recording ----------------------------------------------------------------------------
     def track(self, x):
@@ -420,6 +433,20 @@ class Tape:
                 _accumulate(cts, owned, p, gp)
 
 
+class ClosedTape(Tape):
+    """A tape whose transformation has returned (see :meth:`Tape.close`): recording on it means
+    a value escaped the call that made it, and raises EscapedValueError."""
+
+    def record(self, fn, args, kwargs):
+        raise EscapedValueError(escaped_message("tracked", fn_name(fn)))
+
+    def write(self, h, key, value):
+        raise EscapedValueError(escaped_message("tracked", "an in-place write"))
+
+    def like(self, handle, func, args, kwargs):
+        raise EscapedValueError(escaped_message("tracked", fn_name(func)))
+
+
 class MutatingTape(Tape):
     """A tape that has recorded a write. Two duties on top of :class:`Tape`'s:
 
@@ -457,16 +484,23 @@ class MutatingTape(Tape):
         """Bring ``a`` up to date with its buffer, or raise MutationError if it cannot be."""
         if a._node >= self._max_write:
             return
-        lw = self._last_write.get(id(buffer_root(a._value)))
-        if lw is None or a._node >= lw:
-            return
-        view = getattr(a, "_view", None)
-        if view is None or view[0]._tape is not self:
-            raise MutationError(_stale_message(a, what, fn))
-        parent, vfn, args, kwargs = view
-        self._fresh(parent, what, fn)  # then view it again
-        r = Tape.record(self, vfn, (parent,) + args, kwargs)
-        a._value, a._node = r._value, r._node
+        # Up the chain of views to the first handle that is current, then view again on the
+        # way down. A loop, not recursion: a chain can be thousands of views deep.
+        stale = []
+        c = a
+        while c._node < self._max_write:
+            lw = self._last_write.get(id(buffer_root(c._value)))
+            if lw is None or c._node >= lw:
+                break
+            view = getattr(c, "_view", None)
+            if view is None or view[0]._tape is not self:
+                raise MutationError(_stale_message(c, what, fn))
+            stale.append(c)
+            c = view[0]
+        for h in reversed(stale):
+            parent, vfn, args, kwargs = h._view
+            r = Tape.record(self, vfn, (parent,) + args, kwargs)
+            h._value, h._node = r._value, r._node
 
     def gradient(self, y, xs, seed=None, seeds=None):
         for yi in (y if type(y) is list else [y]):
