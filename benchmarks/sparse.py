@@ -153,19 +153,20 @@ def _line(r):
     def mem(key):
         v = r.get(key + "_mem")
         return "—" if v is None else f"{v / 2**20:.1f} MB"
+    diff = f"{r['max_abs_diff']:.1e}" if "max_abs_diff" in r else "—"
     return (f"| {r['problem']} | {r['n']} | {r['colors']} | {r['nnz']} | {t('sparse')} | "
             f"{mem('sparse')} | {t('sparse_prepared')} | {mem('sparse_prepared')} | "
-            f"{t('detection')} | {t('dense')} | {mem('dense')} | {t('jax.jit')} |")
+            f"{t('detection')} | {t('dense')} | {mem('dense')} | {t('jax.jit')} | {diff} |")
 
 
 HEADER = ("| Problem | n | Colors | nnz(H) | sparse_hessian | peak mem | prepared | peak mem | "
-          "detection | dense mp.hessian | peak mem | jax.jit(jax.hessian) |\n"
-          "|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "detection | dense mp.hessian | peak mem | jax.jit(jax.hessian) | max abs diff |\n"
+          "|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1000,10000,100000")
+    p.add_argument("--sizes", default="1000,5000,10000,100000")
     p.add_argument("--problems", default=",".join(PROBLEMS))
     p.add_argument("--dense-max", type=int, default=5000)
     p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per method")
