@@ -97,6 +97,16 @@ CASES = [
     C(np.polyval, (x5, x34), {}, id="polyval-2d-x"),
     C(np.polyval, ([1.0, -2.0, 0.5], x8_step), {}, id="polyval-constant-p"),
     C(np.polyval, (x34[:, :1], y4), {}, id="polyval-column-p"),
+    # polynomial arithmetic
+    C(np.polyadd, (x3, y4), {}, id="polyadd"),
+    C(np.polysub, (x5, y3), {}, id="polysub"),
+    C(np.polysub, (x3, 2.0), {}, id="polysub-scalar"),
+    C(np.polymul, (x3, y4), {}, id="polymul"),
+    C(np.polyder, (x5,), {}, id="polyder"),
+    C(np.polyder, (x5, 3), {}, id="polyder-m3"),
+    C(np.polyint, (x3,), {}, id="polyint"),
+    C(np.polyint, (x3, 2, [1.0, -2.0]), {}, id="polyint-m2-k"),
+    C(np.polyint, (x3, 2, 0.5), {}, id="polyint-scalar-k"),
     # np.sinc (at 0 too)
     C(np.sinc, (np.array([-1.3, -0.5, 0.0, 0.2, 1e-3, 2.5]),), {}, id="sinc"),
     C(np.sinc, (x34_T,), {}, id="sinc-2d"),
@@ -151,6 +161,8 @@ CASES = [
     C(pieces(np.meshgrid), (x3, y4, x5), {"indexing": "ij"}, id="meshgrid-ij-3d"),
     C(pieces(np.meshgrid), (x3, x8_step), {"sparse": True, "copy": False},
       id="meshgrid-sparse"),
+    C(np.vander, (x5,), {}, id="vander"),
+    C(np.vander, (np.array([0.0, 1.5, -2.0]), 4), {"increasing": True}, id="vander-at-zero"),
     C(np.select, ([x6 > 0.5, x6 < -0.5], [x6 ** 2, np.sin(x6)]), {}, id="select"),
     C(lambda x, d: np.select([x > 0], [x], d), (x34, y4), {}, id="select-tracked-default"),
     C(np.piecewise, (x6, [x6 < 0, x6 > 1], [np.sin, np.cos, lambda v: v ** 3]), {},
@@ -176,6 +188,11 @@ CASES = [
     C(np.flip, (x234,), {"axis": (0, 2)}, id="flip"),
     C(np.roll, (x34, 2), {"axis": 1}, id="roll"),
     C(np.cumsum, (x34,), {"axis": 0}, id="cumsum"),
+    C(np.cumulative_sum, (x6,), {}, id="cumulative_sum"),
+    C(np.cumulative_sum, (x34_T,), {"axis": 0, "include_initial": True},
+      id="cumulative_sum-initial"),
+    C(np.cumulative_prod, (x34 + 2,), {"axis": -1, "include_initial": True},
+      id="cumulative_prod"),
     C(np.cumprod, (x34 + 2,), {"axis": 1}, id="cumprod"),
 ]
 
@@ -290,3 +307,9 @@ def test_float32_stays_float32(f):
     y, ydot = mp.jvp(f, (x,), (x,))
     assert want == np.float32 and y.dtype == want and ydot.dtype == want
     assert mp.grad(lambda x: np.sum(f(x)))(x).dtype == np.float32
+
+
+def test_vander_derivative_at_zero_is_finite():
+    g = mp.grad(lambda x: np.sum(np.vander(x, 4)))(np.zeros(2))
+    h = mp.hessian(lambda x: np.sum(np.vander(x, 4)))(np.zeros(2))
+    assert np.array_equal(g, [1.0, 1.0]) and np.array_equal(h, 2 * np.eye(2))

@@ -1,5 +1,5 @@
 """Building arrays from differentiable parts: np.linspace (tracked endpoints), np.meshgrid,
-np.select, np.piecewise, np.nan_to_num, np.bincount (tracked weights).
+np.vander, np.select, np.piecewise, np.nan_to_num, np.bincount (tracked weights).
 
 All but np.bincount are :func:`~.registry.composite`: NumPy's own construction written with
 ruled ops (arange arithmetic, reshape/broadcast, ``np.where``, gathers and scatters), so second
@@ -93,6 +93,26 @@ def _meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     if copy:
         out = [np.copy(x) for x in out]
     return tuple(out)
+
+
+# --- np.vander ---------------------------------------------------------------------------------
+@composite(np.vander)
+def _vander(x, N=None, increasing=False):
+    """Columns 1, x, x·x, ... as running products (NumPy's multiply.accumulate), never as
+    powers, so that the derivative at x = 0 is finite."""
+    x = as_array(x)
+    if len(shape_of(x)) != 1:
+        raise ValueError("x must be a one-dimensional array or sequence.")
+    n = shape_of(x)[0]
+    N = n if N is None else N
+    dt = np.promote_types(x.dtype, int)
+    if x.dtype != dt:
+        x = astype(x, dt)
+    cols = [am.ones((n, min(N, 1)), dtype=dt, like=am.unwrap(x))]
+    if N > 1:
+        cols.append(np.cumprod(np.repeat(x[:, None], N - 1, axis=1), axis=1))
+    v = np.concatenate(cols, axis=1) if len(cols) > 1 else cols[0]
+    return v if increasing else v[:, ::-1]
 
 
 # --- selection ----------------------------------------------------------------------------------

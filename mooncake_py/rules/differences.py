@@ -1,5 +1,5 @@
 """Finite differences, integrals and products along an axis: np.diff, np.ediff1d, np.gradient,
-np.trapezoid, np.cross.
+np.trapezoid, np.cumulative_sum / np.cumulative_prod (NumPy 2's scans), np.cross.
 
 All are :func:`~.registry.composite`: each is NumPy's own formula written with slices,
 arithmetic and ``np.concatenate``, so every argument that NumPy treats as data (the array, the
@@ -23,6 +23,7 @@ from ..dispatch import WRAPPER_TYPES
 from .broadcasting import shape_of
 from .registry import composite
 from .shape import astype
+from ..errors import MutationError
 
 
 def as_array(x):
@@ -87,6 +88,40 @@ def _ediff1d(ary, to_end=None, to_begin=None):
     parts = [np.ravel(as_array(p)) for p in (to_begin,) if p is not None] + [d] + \
             [np.ravel(as_array(p)) for p in (to_end,) if p is not None]
     return np.concatenate(parts) if len(parts) > 1 else d
+
+
+def _cumulative(scan, name):
+    def impl(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        """NumPy's array-API scan: ``axis`` may be omitted only for 1-D input, and
+        ``include_initial`` puts the identity in front."""
+        if out is not None:
+            raise MutationError(f"np.{name}(..., out=...) writes into an existing array, which "
+                                "the tape cannot represent yet; drop out= and use the returned "
+                                "value.")
+        x = as_array(x)
+        nd = len(shape_of(x))
+        if axis is None:
+            if nd > 1:
+                raise ValueError("For arrays which have more than one dimension ``axis`` "
+                                 "argument is required.")
+            axis = 0
+        if nd == 0:
+            x, nd = np.reshape(x, (1,)), 1
+        axis = normalize_axis_index(axis, nd)
+        y = scan(x, axis=axis, dtype=dtype)
+        if include_initial:
+            shape = tuple(1 if i == axis else s for i, s in enumerate(shape_of(y)))
+            first = am.zeros(shape, y.dtype, like=am.unwrap(y)) if scan is np.cumsum else \
+                am.ones(shape, y.dtype, like=am.unwrap(y))
+            y = np.concatenate((first, y), axis=axis)
+        return y
+    impl.__name__ = f"_{name}"
+    return impl
+
+
+for _name, _scan in (("cumulative_sum", np.cumsum), ("cumulative_prod", np.cumprod)):
+    if hasattr(np, _name):
+        composite(getattr(np, _name))(_cumulative(_scan, _name))
 
 
 def _spacings(f_shape, axes, varargs):

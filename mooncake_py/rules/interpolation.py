@@ -1,4 +1,5 @@
-"""Interpolation and evaluation of fixed-form functions: np.interp, np.polyval, np.sinc.
+"""Interpolation and evaluation of fixed-form functions: np.interp, np.sinc, and polynomials
+(np.polyval, np.polyadd, np.polysub, np.polymul, np.polyder, np.polyint).
 
 np.interp and np.polyval are :func:`~.registry.composite`: np.interp locates each ``x`` among
 the sample points with ``np.searchsorted`` (a constant) and then evaluates NumPy's own formula
@@ -9,6 +10,10 @@ scheme, differentiable in the coefficients and in ``x``.
 np.sinc has rules: its derivatives of every order are :func:`sinc_derivative`, a primitive whose
 own rules call it with the next order, so ``sinc'(0) = 0`` and ``sinc''(0) = -π²/3`` come out as
 the limits they are instead of 0/0.
+
+The polynomial arithmetic functions are composites of padding, ``+``/``-``, np.convolve and
+products with constant ``arange``s, differentiable in every coefficient. (They return arrays;
+for np.poly1d inputs NumPy returns a poly1d, which cannot hold tracked coefficients.)
 
 Example:
     >>> import numpy as np, mooncake_py as mp
@@ -24,6 +29,7 @@ import math
 
 import numpy as np
 
+from .. import array_module as am
 from .broadcasting import shape_of
 from .registry import composite, primitive, rrule, frule
 from .differences import as_array
@@ -143,3 +149,78 @@ def _sinc(x):
 def _sinc_f(primals, tangents):
     (x,), (dx,) = primals, tangents
     return np.sinc(x), None if dx is None else sinc_derivative(x, 1) * dx
+
+
+# --- polynomial arithmetic (coefficients highest power first, as np.polyval reads them) ----------
+def _coefficients(p):
+    if isinstance(p, np.poly1d):
+        p = p.coeffs
+    p = as_array(p)
+    return np.reshape(p, (1,)) if len(shape_of(p)) == 0 else p
+
+
+def _aligned(a1, a2):
+    """Both coefficient vectors, the shorter padded with leading zeros (NumPy's polyadd)."""
+    a1, a2 = _coefficients(a1), _coefficients(a2)
+    d = shape_of(a2)[0] - shape_of(a1)[0]
+    if d > 0:
+        a1 = np.concatenate((am.zeros(d, a1.dtype, like=am.unwrap(a1)), a1))
+    elif d < 0:
+        a2 = np.concatenate((am.zeros(-d, a2.dtype, like=am.unwrap(a2)), a2))
+    return a1, a2
+
+
+def _polynomial(result, a1, a2):
+    """A poly1d if either input was one, as NumPy returns."""
+    return np.poly1d(result) if isinstance(a1, np.poly1d) or isinstance(a2, np.poly1d) \
+        else result
+
+
+@composite(np.polyadd)
+def _polyadd(a1, a2):
+    x, y = _aligned(a1, a2)
+    return x + y
+
+
+@composite(np.polysub)
+def _polysub(a1, a2):
+    x, y = _aligned(a1, a2)
+    return x - y
+
+
+@composite(np.polymul)
+def _polymul(a1, a2):
+    return np.convolve(_coefficients(a1), _coefficients(a2))
+
+
+@composite(np.polyder)
+def _polyder(p, m=1):
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of derivative must be positive (see polyint)")
+    p = _coefficients(p)
+    for _ in range(m):
+        n = shape_of(p)[0] - 1
+        p = p[:-1] * np.arange(n, 0, -1)
+    return p
+
+
+@composite(np.polyint)
+def _polyint(p, m=1, k=None):
+    """Antiderivatives with integration constants ``k`` (differentiable too)."""
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of integral must be positive (see polyder)")
+    if k is None:
+        k = [0.0] * m
+    else:
+        k = as_array(k)
+        if len(shape_of(k)) == 0:
+            k = [k] * m
+    if len(k) < m:
+        raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
+    p = _coefficients(p)
+    for i in range(m):
+        p = np.concatenate((p / np.arange(shape_of(p)[0], 0, -1),
+                            np.reshape(as_array(k[i]), (1,))))
+    return p
