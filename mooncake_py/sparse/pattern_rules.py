@@ -20,7 +20,7 @@ import operator
 
 import numpy as np
 
-from ..rules.derivative_table import BY_UFUNC
+from ..rules.derivative_table import on_new_entries
 from ..rules.cotangents import scatter_add
 from ..rules.shape import astype as _astype
 from ..rules import special as _special
@@ -76,8 +76,10 @@ def _elementwise(entry):
     return rule
 
 
-for _entry in BY_UFUNC.values():
-    PATTERN_RULES[_entry.ufunc] = _elementwise(_entry)
+@on_new_entries  # now, and again when the table's scipy.special section loads (lazily)
+def _register_elementwise(entries):
+    for entry in entries:
+        PATTERN_RULES[entry.ufunc] = _elementwise(entry)
 PATTERN_RULES[np.divide] = PATTERN_RULES[np.true_divide]
 
 

@@ -21,6 +21,7 @@ from ..array_ops import ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, w
 from ..arguments import kwargs_to_positional, missing_rule_message
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
 from ..errors import MissingRuleError, MutationError, TrackingLostError
+from ..rules.derivative_table import load_for
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like
 from ..rules.registry import COMPOSITES, ZERO_DERIVATIVE, fn_name
 from . import rows as R
@@ -261,6 +262,8 @@ def _apply(trace, fn, args, kwargs):
             return fn.__wrapped__(*args, **kwargs)
         except TrackingLostError:
             pass
+    if load_for(fn):  # a scipy.special ufunc: the table's section (and its rules) loads lazily
+        return _apply(trace, fn, args, kwargs)
     return dense_fallback(trace, fn, args, kwargs)
 
 
