@@ -214,6 +214,14 @@ def test_refused_derivatives_name_function_and_parameter(public, param, fn, at):
         assert public in str(e.value) and f"`{param}`" in str(e.value)
 
 
+def test_discrete_variate_carries_no_derivative():
+    k = np.array([0.0, 2.0, 5.0])
+    g = mp.grad(lambda k: np.sum(stats.poisson.logpmf(k, 2.0)))(k)
+    np.testing.assert_array_equal(g, np.zeros(3))
+    mu_grad = mp.grad(lambda mu: np.sum(stats.poisson.logpmf(k, mu)))(2.0)
+    np.testing.assert_allclose(mu_grad, np.sum(k / 2.0 - 1.0), rtol=1e-12)
+
+
 def test_refused_parameter_as_constant_leaves_other_derivatives():
     check_grads(lambda x, s: stats.gamma.cdf(x, 2.5, scale=s), 1.3, 0.8)
     check_grads(lambda x: stats.beta.cdf(x, 2.0, 3.0), 0.4)
@@ -322,6 +330,9 @@ def test_multivariate_normal_bad_covariance():
     with pytest.raises(ValueError, match="mean"):
         mp.grad(lambda m: stats.multivariate_normal.logpdf(np.zeros(4), m, np.eye(4)))(
             np.zeros((2, 2)))
+    with pytest.raises(mp.MissingRuleError, match="Covariance object"):
+        cov = ss.Covariance.from_precision(np.eye(2))
+        mp.grad(lambda x: stats.multivariate_normal.logpdf(x, cov=cov))(np.zeros(2))
     with pytest.raises(ValueError, match="last axis"):
         mp.grad(lambda x: stats.multivariate_normal.logpdf(x, cov=1.0))(np.zeros((4, 2)))
 

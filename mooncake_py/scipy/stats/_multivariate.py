@@ -28,6 +28,11 @@ def _size(v):
 
 def _params(center, cov, center_name, cov_name):
     """SciPy's ``_process_parameters``: (dim, center, cov), cov kept scalar, 1-D or 2-D."""
+    if hasattr(cov, "whiten"):  # a scipy.stats.Covariance object
+        raise MissingRuleError(
+            f"A scipy.stats.Covariance object as `{cov_name}` works on plain arrays only; on "
+            f"tracked values pass the covariance as an array (scalar, diagonal vector or "
+            f"matrix).")
     cov = arr(cov)
     if center is None:
         dim = 1 if len(shape_of(cov)) < 2 else shape_of(cov)[0]
