@@ -198,7 +198,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("fn, args, kwargs", CASES)
-def test_rule_table(fn, args, kwargs):
+def test_rule_table(fn, args, kwargs, debug_mode):
     test_rule(fn, *args, **kwargs)
 
 

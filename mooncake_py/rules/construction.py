@@ -204,14 +204,17 @@ def _bincount(needs, x, weights=None, minlength=0):
     return y, pullback
 
 
-@frule(np.bincount)
+@frule(np.bincount, lanes=True)
 def _bincount_f(primals, tangents, **kw):
     x, *rest = primals
     y = np.bincount(x, *rest, **kw)
     dw = tangents[1] if len(tangents) > 1 else None
     if dw is None:
         return y, None
-    return y, np.bincount(x, dw, *rest[1:], **kw)
+    # every lane's weights scattered into its row of bins at once
+    k = shape_of(dw)[0]
+    dy = scatter_add((k,) + tuple(y.shape), (slice(None), am.asarray(x)), dw)
+    return y, dy if dy.dtype == y.dtype else astype(dy, y.dtype)
 
 
 # --- constructors that convert their parts before any dispatch: name the spelling that works ----
