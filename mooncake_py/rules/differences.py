@@ -149,8 +149,11 @@ def _spacings(f_shape, axes, varargs):
         if np.issubdtype(d.dtype, np.integer):
             d = d.astype(np.float64)
         diffx = np.diff(d)
-        # comparisons are plain booleans even on tracked values
-        dx.append(diffx[0] if np.all(diffx == diffx[0]) else diffx)
+        # NumPy switches to the uniform formula when the coordinates happen to be evenly
+        # spaced; tracked coordinates keep the general one (equal in value), whose derivative
+        # is the one of every nearby, uneven spacing.
+        uniform = type(d) not in WRAPPER_TYPES and np.all(diffx == diffx[0])
+        dx.append(diffx[0] if uniform else diffx)
     return dx
 
 
