@@ -368,3 +368,22 @@ def test_dirichlet():
         mp.grad(lambda a: stats.dirichlet.logpdf(np.array([0.2, 0.2, 0.2]), a))(alpha)
     with pytest.raises(ValueError, match="greater than 0"):
         mp.grad(lambda v: stats.dirichlet.logpdf(v, -alpha))(x[:, 0])
+
+
+def test_private_primitives_under_debug_mode(debug_mode):
+    """The scipy.special primitives behind the CDFs, betaln and t's log-normaliser, with
+    broadcasting parameters: debug mode checks every rule's shapes and dtypes."""
+    col = POS[:, None]
+    test_rule(lambda x, s: stats.gamma.logcdf(x, 2.5, scale=s), col, np.array([0.5, 1.5]),
+              noncontiguous=False)
+    test_rule(lambda x, df: stats.t.logpdf(x, df), X[:, None], np.array([1.5, 4.0]),
+              noncontiguous=False)
+    test_rule(lambda x: stats.t.sf(x, np.array([1.5, 4.0])), X[:, None], noncontiguous=False)
+    test_rule(lambda x, a: stats.beta.logpdf(x, a, np.array([[1.0], [3.0]])), UNIT,
+              np.array([0.7, 2.0, 4.0, 1.0, 1.5]), noncontiguous=False)
+    test_rule(lambda x: stats.beta.sf(x, np.array([[1.0], [3.0]]), 2.0), UNIT,
+              noncontiguous=False)
+    test_rule(lambda mu: stats.poisson.logcdf(np.arange(4)[:, None], mu), np.array([0.5, 3.0]),
+              noncontiguous=False)
+    test_rule(lambda p: stats.binom.cdf(np.arange(4)[:, None], 5, p), np.array([0.2, 0.7]),
+              noncontiguous=False)
