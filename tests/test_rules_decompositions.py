@@ -67,9 +67,17 @@ def test_qr_raw_is_refused():
 
 
 # --- np.linalg.eig, eigvals -------------------------------------------------------------------
+def sign_free_eig(a):
+    """eig's (w, V) with each column of V times its first entry: LAPACK picks the sign (a
+    real factor ±1 after making the largest component real) and may flip it under a tiny
+    perturbation, which finite differences would see as a jump; these products do not."""
+    w, v = np.linalg.eig(a)
+    return w, v * v[..., :1, :]
+
+
 @pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
 def test_eig_real_spectrum(shape):
-    test_rule(np.linalg.eig, real_spectrum(*shape))
+    test_rule(sign_free_eig, real_spectrum(*shape))
 
 
 def test_eigvals():
@@ -87,12 +95,44 @@ def test_eig_eigenvalue_closed_form():
     np.testing.assert_allclose(g, np.outer(u, v[:, i]), rtol=1e-9, atol=1e-12)
 
 
-def test_eig_complex_eigenvalues_raise():
-    rot = np.array([[0.0, -1.0], [1.0, 0.0]])
-    with pytest.raises(mp.MissingRuleError, match="complex eigenvalues"):
-        mp.grad(lambda a: np.sum(np.abs(np.linalg.eigvals(a))))(rot)
-    with pytest.raises(mp.MissingRuleError, match="complex eigenvalues"):
-        mp.jvp(lambda a: np.linalg.eig(a)[0], (rot,), (rot,))
+def rotation_like(*shape):
+    """Real matrices whose eigenvalues come in complex-conjugate pairs."""
+    n = shape[-1]
+    v = well_conditioned(*shape)
+    blocks = np.zeros((n, n))
+    for i in range(0, n - 1, 2):
+        blocks[i:i + 2, i:i + 2] = [[i + 1.0, -(i + 2.0)], [i + 2.0, i + 1.0]]
+    if n % 2:
+        blocks[-1, -1] = -3.0
+    return v @ blocks @ np.linalg.inv(v)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (3, 3), (2, 4, 4)])
+def test_eig_complex_eigenvalues_of_real_matrix(shape):
+    a = rotation_like(*shape)
+    assert np.iscomplexobj(np.linalg.eigvals(a))
+    test_rule(sign_free_eig, a)
+    test_rule(np.linalg.eigvals, a)
+    test_rule(lambda a: np.abs(np.linalg.eigvals(a)), a)
+
+
+def test_eig_complex_input():
+    a = rand(3, 3) + 1j * rand(3, 3)
+    test_rule(sign_free_eig, a)
+
+
+def test_eig_complex_closed_forms():
+    # [[a, -b], [b, a]] has eigenvalues a ± ib: d Re λ / da = 1, d |λ|² / db = 2b
+    m = lambda a, b: np.stack([np.stack([a, -b]), np.stack([b, a])])  # noqa: E731
+    g = mp.grad(lambda a, b: np.real(np.linalg.eigvals(m(a, b))[0]), argnums=(0, 1))(0.5, 2.0)
+    np.testing.assert_allclose(g, (1.0, 0.0), atol=1e-12)
+    g = mp.grad(lambda b: np.abs(np.linalg.eigvals(m(0.5, b))[0]) ** 2)(2.0)
+    np.testing.assert_allclose(g, 4.0, rtol=1e-12)
+    # the spectral abscissa's HVP against finite differences of its gradient
+    a0, v = rotation_like(3, 3), rand(3, 3)
+    f = lambda a: np.sum(np.real(np.linalg.eigvals(a)) ** 2 * np.imag(np.linalg.eigvals(a)))  # noqa: E731,E501
+    fd = (mp.grad(f)(a0 + 1e-6 * v) - mp.grad(f)(a0 - 1e-6 * v)) / 2e-6
+    np.testing.assert_allclose(mp.hvp(f)(a0, v), fd, rtol=1e-6, atol=1e-7)
 
 
 def test_eig_hvp_against_hessian_of_symmetric_case():

@@ -11,10 +11,10 @@ derivative table (k = min(m, n); Ȧ a tangent, Ā a cotangent; Rank conditions a
   Wide A = [X Y]: X = Q R₁ as above and R₂ = Qᵀ Y. The extra columns Q₂ of a complete Q (tall A)
   are no function of A: they get the least motion that keeps them orthogonal to Q₁,
   Q̇₂ = −Q₁ (Q₂ᵀ Ȧ R⁻¹)ᵀ (exact for functions of Q₂ Q₂ᵀ, as for svd's full_matrices).
-- ``A V = V Λ`` (real, distinct eigenvalues; V with unit columns, as LAPACK returns them):
-  P = V⁻¹ Ȧ V, λ̇ = diag(P), V̇ = N(V (F ∘ P)) with F_ij = 1/(λ_j − λ_i) (0 on the diagonal) and
-  N(W) = W − V diag(Vᵀ W) the tangent of normalising the columns. Reverse:
-  Ā = V⁻ᵀ (diag(λ̄) + F ∘ (Vᵀ N(V̄))) Vᵀ (N is its own adjoint).
+- ``A V = V Λ`` (distinct eigenvalues, real or complex; V with unit columns, as LAPACK returns
+  them): P = V⁻¹ Ȧ V, λ̇ = diag(P), V̇ = N(V (F ∘ P)) with F_ij = 1/(λ_j − λ_i) (0 on the
+  diagonal) and N the tangent of LAPACK's normalisation (N(W) = W − V diag(Vᵀ W) when real).
+  Reverse: Ā = V⁻ᴴ (diag(λ̄) + conj(F) ∘ (Vᴴ N*(V̄))) Vᴴ (see the eig section for N*).
 - ``x = A⁺ b`` (lstsq, full rank): with r = b − A x, b̄ = A⁺ᵀ x̄ and
   Ā = −b̄ xᵀ + r (A⁺ b̄)ᵀ + A⁺ᵀ x (x̄ − A⁺ A x̄)ᵀ (the middle term lives for m > n, the last for
   m < n); residuals ρ = ‖r‖² give b̄ += 2 r ρ̄, Ā −= 2 r ρ̄ xᵀ (as Aᵀ r = 0).
@@ -184,49 +184,74 @@ def _qr_f(primals, tangents, **kw):
 
 
 # --- numpy.linalg.eig, eigvals ----------------------------------------------------------------
-def _eig_real(a, fn="numpy.linalg.eig"):
-    """np.linalg.eig(a), refused (named error) when an eigenvalue is complex."""
-    res = np.linalg.eig(a)
-    if _is_complex(res[0]):
-        raise MissingRuleError(
-            f"{fn}: the matrix has complex eigenvalues, and differentiating complex outputs is "
-            "not supported yet. Real eigenvalues (e.g. a symmetric matrix: use np.linalg.eigh) "
-            "are differentiated.")
-    return res
-
-
+# A real matrix may have complex eigenvalues: then w and V are complex. LAPACK scales each
+# eigenvector to unit norm with its largest component real, a normalisation that is not
+# holomorphic; so these rules handle complex values themselves (declared explicit, with
+# cotangents for the inner product Re Σ conj(a)·b, as rules/complex.py sets out): the
+# holomorphic part's adjoint uses conjugate transposes, and the normalisation
+# N(W) = W − V Re diag(Vᴴ W) − i V Im(W_k)/V_k (k: each column's real component) is replaced
+# by its adjoint N*(G) = G − V Re diag(Vᴴ G) − i e_k Im(diag(Vᴴ G))/V_k.
 def _eig_f_matrix(w):
     d = np.expand_dims(w, -2) - np.expand_dims(w, -1)
     return (d != 0) / (d + (d == 0))  # 1/(λ_j − λ_i), 0 on the diagonal
 
 
+def _h(x):
+    """The conjugate transpose (the transpose for real x)."""
+    return np.conjugate(_mT(x)) if _is_complex(x) else _mT(x)
+
+
+def _phase_parts(v):
+    """(one-hot of each column's real component k, V_k): LAPACK makes the largest one real."""
+    k = np.argmax(np.abs(v), axis=-2)
+    onehot = am.asarray(np.arange(shape_of(v)[-2])[:, None] == np.expand_dims(k, -2))
+    vk = np.real(np.sum(v * onehot, axis=-2, keepdims=True))
+    return onehot, vk
+
+
 def _normalize_tangent(v, t):
-    """N(T) = T − V diag(Vᵀ T): the tangent (or, being self-adjoint, cotangent) of unit columns."""
-    return t - v * np.sum(v * t, axis=-2, keepdims=True)
+    """N(T): the tangent of unit columns (with a real largest component, if complex)."""
+    vht = np.sum((np.conjugate(v) if _is_complex(v) else v) * t, axis=-2, keepdims=True)
+    if not _is_complex(v):
+        return t - v * vht
+    onehot, vk = _phase_parts(v)
+    tk_im = np.imag(np.sum(t * onehot, axis=-2, keepdims=True))
+    return t - v * np.real(vht) - 1j * v * (tk_im / vk)
+
+
+def _normalize_cotangent(v, g):
+    """N*(G), the adjoint of :func:`_normalize_tangent` for Re Σ conj(a)·b (N itself if real)."""
+    if not _is_complex(v) and not _is_complex(g):
+        return _normalize_tangent(v, g)
+    vhg = np.sum(np.conjugate(v) * g, axis=-2, keepdims=True)
+    onehot, vk = _phase_parts(v)
+    return g - v * np.real(vhg) - 1j * onehot * (np.imag(vhg) / vk)
 
 
 def _eig_cotangent(w, v, gw, gv):
+    """Ā = V⁻ᴴ (diag(w̄) + conj(F) ∘ (Vᴴ N*(V̄))) Vᴴ."""
     inner = None
     if gw is not None:
         inner = np.expand_dims(gw, -2) * _eye_like(shape_of(v)[-1], v)
     if gv is not None:
-        inner = _addt(inner, _eig_f_matrix(w) * np.matmul(_mT(v), _normalize_tangent(v, gv)))
+        f = _eig_f_matrix(w)
+        f = np.conjugate(f) if _is_complex(f) else f
+        inner = _addt(inner, f * np.matmul(_h(v), _normalize_cotangent(v, gv)))
     if inner is None:
         return None
-    # V⁻ᵀ inner Vᵀ = solve(Vᵀ, inner Vᵀ)
-    return np.linalg.solve(_mT(v), np.matmul(inner, _mT(v)))
+    return np.linalg.solve(_h(v), np.matmul(inner, _h(v)))
 
 
 @rrule(np.linalg.eig, needs=True)
 def _eig(needs, a):
-    res = _eig_real(a)
+    res = np.linalg.eig(a)
     w, v = res
     return res, lambda g: _pad(needs, _eig_cotangent(w, v, g[0], g[1]))
 
 
 @rrule(np.linalg.eigvals, needs=True)
 def _eigvals(needs, a):
-    w, v = _eig_real(a, "numpy.linalg.eigvals")
+    w, v = np.linalg.eig(a)
     return w, lambda g: _pad(needs, _eig_cotangent(w, v, g, None))
 
 
@@ -238,13 +263,13 @@ def _eig_tangents(w, v, da):
 
 @frule(np.linalg.eig, lanes=True)
 def _eig_f(primals, tangents):
-    res = _eig_real(primals[0])
+    res = np.linalg.eig(primals[0])
     return res, _eig_tangents(res[0], res[1], tangents[0])
 
 
 @frule(np.linalg.eigvals, lanes=True)
 def _eigvals_f(primals, tangents):
-    w, v = _eig_real(primals[0], "numpy.linalg.eigvals")
+    w, v = np.linalg.eig(primals[0])
     return w, _eig_tangents(w, v, tangents[0])[0]
 
 
@@ -693,3 +718,11 @@ def _solve_banded_f(primals, tangents, **kw):
             rhs = _addt(rhs, -_band_matmul(dab, _cols(x, vec), l, u))
         return x, _uncols(solve_banded((l, u), ab, rhs, check_finite=False), vec)
     return go(*primals, **kw)
+
+
+# eig and eigvals take and give complex values with the rules above (explicit: they conjugate
+# where the inner product asks); every other rule here refuses complex values.
+from .complex import declare_complex  # noqa: E402  (the last family module to load)
+
+declare_complex(np.linalg.eig, holomorphic=False)
+declare_complex(np.linalg.eigvals, holomorphic=False)
