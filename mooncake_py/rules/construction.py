@@ -219,7 +219,7 @@ def _bincount_f(primals, tangents, **kw):
 
 # --- constructors that convert their parts before any dispatch: name the spelling that works ----
 _CONSTRUCTOR_HINTS = {
-    ("_index_tricks_impl.py", "__getitem__"):
+    ("_index_tricks_impl.py", "AxisConcatenator.__getitem__"):
         "np.r_[...] and np.c_[...] convert each part with np.array, which no tracked or dual "
         "value survives: join the parts with np.concatenate([...]) (for np.r_), "
         "np.column_stack([...]) (for np.c_) or np.stack([...]) instead; those are differentiated.",
@@ -246,7 +246,11 @@ def with_constructor_hint(err):
     for _ in range(8):  # the NumPy frame is a few calls up from the conversion
         if f is None:
             break
-        hint = _CONSTRUCTOR_HINTS.get((os.path.basename(f.f_code.co_filename), f.f_code.co_name))
+        code = f.f_code
+        # Python 3.10 has no qualified name: there any __getitem__ of the file gets the hint
+        name = getattr(code, "co_qualname", "AxisConcatenator." + code.co_name
+                       if code.co_name == "__getitem__" else code.co_name)
+        hint = _CONSTRUCTOR_HINTS.get((os.path.basename(code.co_filename), name))
         if hint is not None:
             return type(err)(f"{hint} ({err})")
         f = f.f_back
