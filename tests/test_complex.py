@@ -312,3 +312,32 @@ def test_debug_mode_accepts_complex_cotangents_of_complex_inputs(debug_mode):
     gz, gx = mp.grad(f, argnums=(0, 1))(z, x)
     assert gz.dtype == np.complex128 and gx.dtype == np.float64
     np.testing.assert_allclose(gz, fd_grad(lambda u: f(u, x), z), rtol=1e-6, atol=1e-8)
+
+
+# --- custom rules: cotangent shapes are checked on every call --------------------------------
+def _custom(pullback):
+    @mp.primitive
+    def twice(x):
+        return 2 * x
+
+    @mp.rrule(twice)
+    def _(x):
+        return twice(x), lambda g: pullback(g, x)
+    return twice
+
+
+def test_custom_rule_cotangent_broadcast_is_summed_back():
+    f = _custom(lambda g, x: (2 * np.broadcast_to(g, (3,) + np.shape(x)),))
+    np.testing.assert_allclose(mp.grad(lambda x: np.sum(f(x)))(np.ones(2)), [6.0, 6.0])
+
+
+@pytest.mark.parametrize("pullback, match", [
+    (lambda g, x: (np.ones(5),), "shape"),
+    (lambda g, x: 2 * g, "tuple"),
+    (lambda g, x: (2 * g + 0j,), "complex cotangent"),
+], ids=["shape", "structure", "complex"])
+def test_custom_rule_with_wrong_cotangent_raises_rule_error(pullback, match):
+    f = _custom(pullback)
+    with pytest.raises(mp.RuleError, match=match):
+        mp.grad(lambda x: np.sum(f(x)))(np.ones(2))
+    _ok()

@@ -22,6 +22,7 @@ from ..config import current_config
 from ..errors import (EscapedValueError, escaped_message, MissingRuleError, ReverseOverReverseError, MutationError,
                       NonDifferentiableInputError, RuleError, TrackingLostError)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
+from ..rules import BUILTIN_RRULES
 from ..rules.complex import (HOLOMORPHIC, HolomorphicPullback, RealParts, check_complex_call,
                              has_complex, real_inputs)
 from ..rules.derivative_table import load_for
@@ -192,6 +193,8 @@ class Tape:
         return a
 
     def _wrap(self, fn, out, pullback, parents, vals):
+        if fn not in BUILTIN_RRULES:
+            pullback = _ShapeChecked(fn, pullback, parents, vals, _kind(out) != "c")
         if _is_float(out):
             if type(out) is float:
                 out = np.float64(out)
@@ -866,6 +869,60 @@ _ROR_MESSAGE = (
     "values tracked by an outer tape (for example grad(lambda x: grad(f)(x) @ v)). Use "
     "forward-over-reverse instead: mp.hvp(f)(x, v) for Hessian-vector products, mp.hessian(f)(x) "
     "for full Hessians, or mp.jvp(mp.grad(f), (x,), (v,)).")
+
+
+class _ShapeChecked:
+    """The pullback of a rule not shipped with mooncake_py, checked on every call (a shape
+    comparison per cotangent): a cotangent shaped like a broadcast of its argument is summed
+    back, any other shape, a wrong structure, or a complex cotangent for a real argument of a
+    real-valued op raises RuleError naming the function."""
+    __slots__ = ("fn", "pb", "specs", "real_out")
+
+    def __init__(self, fn, pb, parents, vals, real_out):
+        self.fn, self.pb, self.real_out = fn, pb, real_out
+        self.specs = tuple(None if p is None else
+                           [None if q is None else _spec(b) for q, b in zip(p, v)]
+                           if type(p) is tuple else _spec(v) for p, v in zip(parents, vals))
+
+    def __call__(self, g):
+        gs = self.pb(g)
+        specs = self.specs
+        if type(gs) is not tuple or len(gs) != len(specs):
+            raise RuleError(
+                f"the rrule of {fn_name(self.fn)} returned {type(gs).__name__}"
+                f"{f' of length {len(gs)}' if isinstance(gs, tuple) else ''} from its pullback; "
+                f"it must return a tuple with one entry per positional argument ({len(specs)}).")
+        return tuple(self._fit(k, c, sp) for k, (c, sp) in enumerate(zip(gs, specs)))
+
+    def _fit(self, k, c, sp):
+        if c is None or sp is None:
+            return c
+        if type(sp) is list:
+            return type(c)(self._fit(k, ci, si) for ci, si in zip(c, sp))
+        shape, kind = sp
+        cs = tuple(shape_of(c))
+        if cs != shape:
+            try:
+                ok = np.broadcast_shapes(shape, cs) == cs
+            except ValueError:
+                ok = False
+            if not ok:
+                raise RuleError(
+                    f"the rrule of {fn_name(self.fn)} returned a cotangent of shape {cs} for "
+                    f"argument {k}, which has shape {shape}: return one cotangent shaped like "
+                    "each argument (sum over the axes it was broadcast along).")
+            c = unbroadcast(c.dense() if type(c) in _SPARSE else c, shape)
+        if self.real_out and kind == "f" and _kind(c) == "c":
+            raise RuleError(
+                f"the rrule of {fn_name(self.fn)} returned a complex cotangent for the real "
+                f"argument {k} of a real-valued op: its imaginary part would be dropped. Return "
+                "a real cotangent (or declare the rule for complex values, see "
+                "mooncake_py.rules.complex.declare_complex).")
+        return c
+
+
+def _spec(v):
+    return tuple(shape_of(v)), _kind(v)
 
 
 def _checked(fn, pullback, parents, meta):
