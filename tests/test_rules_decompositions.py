@@ -254,12 +254,39 @@ def test_sqrtm(shape):
     test_rule(L.sqrtm, spd(*shape))
 
 
-def test_sqrtm_closed_form_and_complex_refused():
+def test_sqrtm_closed_form_and_complex_root():
     a = np.diag([4.0, 9.0])
     np.testing.assert_allclose(mp.grad(lambda a: np.trace(L.sqrtm(a)))(a),
                                np.diag([0.25, 1 / 6]), rtol=1e-12)
+    # a negative eigenvalue: the root is complex; d Im √(−x)/dx = −1/(2√x) at x = 1
+    g = mp.grad(lambda a: np.imag(L.sqrtm(a)[0, 0]))(np.diag([-1.0, 2.0]))
+    np.testing.assert_allclose(g, np.diag([-0.5, 0.0]), atol=1e-12)
+    test_rule(L.sqrtm, np.diag([-1.0, 2.0, 3.0]) + 0.1 * rand(3, 3))
+
+
+def crand(*shape):
+    return rand(*shape) + 1j * rand(*shape)
+
+
+COMPLEX_CASES = [
+    (L.expm, lambda: [crand(3, 3) / 2]),
+    (L.sqrtm, lambda: [crand(3, 3) + 3 * np.eye(3)]),
+    (L.solve_sylvester, lambda: [crand(3, 3) + 4 * np.eye(3), crand(2, 2) + 4 * np.eye(2),
+                                 crand(3, 2)]),
+    (L.lu, lambda: [crand(3, 3)]),
+    (lambda ab, b: L.solve_banded((1, 1), ab, b),
+     lambda: [crand(3, 4) + np.array([[0.0], [5.0], [0.0]]), crand(4)]),
+]
+
+
+@pytest.mark.parametrize("fn,make", COMPLEX_CASES)
+def test_complex_differentiable_functions(fn, make):
+    test_rule(fn, *make())
+
+
+def test_qr_refuses_complex():
     with pytest.raises(mp.MissingRuleError, match="complex"):
-        mp.grad(lambda a: np.sum(L.sqrtm(a)))(np.diag([-1.0, 2.0]))
+        mp.grad(lambda a: np.abs(np.linalg.qr(a)[1][0, 0]))(crand(3, 3))
 
 
 @pytest.mark.parametrize("sa,sb,sq", [((3, 3), (2, 2), (3, 2)), ((2, 3, 3), (2, 2), (2, 3, 2)),

@@ -90,6 +90,15 @@ def test_lfilter_second_order():
     np.testing.assert_allclose(h, fd, rtol=1e-6)
 
 
+def test_complex_values():
+    c = lambda *s: rand(*s) + 1j * rand(*s)  # noqa: E731
+    test_rule(lambda a, b: signal.convolve(a, b, "same"), c(5), c(3))
+    test_rule(lambda a, b: signal.convolve(a, b), c(4, 2), rand(2, 2))
+    test_rule(signal.lfilter, c(2), np.array([1.0, -0.3 + 0.2j]), c(6))
+    with pytest.raises(mp.MissingRuleError, match="complex"):
+        mp.grad(lambda a: np.abs(signal.correlate(a, a)[0]))(c(3))
+
+
 def test_lfilter_zi_refused():
     with pytest.raises(mp.MissingRuleError, match="zi"):
         mp.grad(lambda x: np.sum(signal.lfilter([1.0], [1.0, 0.1], x, zi=np.zeros(1))[0]))(

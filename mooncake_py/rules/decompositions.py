@@ -502,24 +502,15 @@ def sqrtm(A, **kwargs):
     return _host_sla("mp.scipy.linalg.sqrtm", A).sqrtm(A, **kwargs)
 
 
-def _sqrtm_real(A, kwargs):
-    x = sqrtm(A, **kwargs)
-    if _is_complex(x) and not _is_complex(A):
-        raise MissingRuleError(
-            "scipy.linalg.sqrtm: the square root of this real matrix is complex (it has "
-            "negative eigenvalues), and differentiating complex outputs is not supported yet.")
-    return x
-
-
 @rrule(sqrtm)
 def _sqrtm(A, **kwargs):
-    x = _sqrtm_real(A, kwargs)
+    x = sqrtm(A, **kwargs)
     return x, lambda g: (solve_sylvester(_mT(x), _mT(x), g),)
 
 
 @frule(sqrtm, lanes=True)
 def _sqrtm_f(primals, tangents, **kwargs):
-    x = _sqrtm_real(primals[0], kwargs)
+    x = sqrtm(primals[0], **kwargs)
     xb = _bcast_to(x, shape_of(tangents[0]))
     return x, solve_sylvester(xb, xb, tangents[0])
 
@@ -726,3 +717,8 @@ from .complex import declare_complex  # noqa: E402  (the last family module to l
 
 declare_complex(np.linalg.eig, holomorphic=False)
 declare_complex(np.linalg.eigvals, holomorphic=False)
+# Complex-differentiable (their rules are algebraic formulas; the tape conjugates around them).
+# The square root of a real matrix with negative eigenvalues is complex: fine, it is the same
+# analytic function. qr and lstsq (conjugate transposes) refuse complex values.
+for _fn in (expm, sqrtm, solve_sylvester, lu, solve_banded):
+    declare_complex(_fn, holomorphic=True)

@@ -91,7 +91,8 @@ def _check_mode(fn, in1, in2, mode):
                          "'full'.")
     if len(shape_of(in1)) != len(shape_of(in2)):
         raise ValueError(f"scipy.signal.{fn}: in1 and in2 should have the same dimensionality")
-    _check_real(fn, in1, in2)
+    if fn == "correlate":  # it conjugates in2: not complex-differentiable in it
+        _check_real(fn, in1, in2)
 
 
 def _full_pad(g, win):
@@ -207,7 +208,6 @@ def _check_lfilter(b, a, zi):
                                "differentiated by mooncake_py; call it without zi.")
     if len(shape_of(b)) > 1 or len(shape_of(a)) > 1:
         raise ValueError("scipy.signal.lfilter: b and a must be 1-D")
-    _check_real("lfilter", b, a)
 
 
 def _coefs(c):
@@ -293,3 +293,11 @@ def _lfilter_f(primals, tangents, **kw):
             t = _addt(t, lfilter(b, a, align(dx, nd), ax + 1))
         return y, t
     return go(*primals, **kw)
+
+
+# convolve and lfilter are complex-differentiable (bilinear / rational): their rules are the
+# algebraic formulas, around which the tape conjugates.
+from .complex import declare_complex  # noqa: E402
+
+declare_complex(convolve, holomorphic=True)
+declare_complex(lfilter, holomorphic=True)
