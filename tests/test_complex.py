@@ -341,3 +341,19 @@ def test_custom_rule_with_wrong_cotangent_raises_rule_error(pullback, match):
     with pytest.raises(mp.RuleError, match=match):
         mp.grad(lambda x: np.sum(f(x)))(np.ones(2))
     _ok()
+
+
+# --- jacobian -------------------------------------------------------------------------------
+def test_jacobian_of_complex_output_agrees_in_both_modes():
+    x = r(3)
+    f = lambda x: np.exp(1j * x[:2]) * x[1:]  # noqa: E731
+    jf = mp.jacobian(f, mode="forward")(x)
+    np.testing.assert_allclose(mp.jacobian(f, mode="reverse")(x), jf)
+    h = 1e-6
+    fd = np.stack([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(3)], axis=-1)
+    np.testing.assert_allclose(jf, fd, rtol=1e-7, atol=1e-9)
+
+
+def test_jacobian_of_complex_input_points_to_jvp_and_vjp():
+    with pytest.raises(mp.NonDifferentiableInputError, match="jvp"):
+        mp.jacobian(lambda z: np.conj(z))(c(2))
