@@ -147,7 +147,7 @@ class Frozen:
 
     def _method(self, attr):
         fn = getattr(self.dist, attr)
-        return lambda x, *more, **kw: fn(x, *more, *self.args, **kw, **self.kwds)
+        return lambda x: fn(x, *self.args, **self.kwds)
 
     def __getattr__(self, attr):
         if attr.startswith("__") or attr in ("dist", "args", "kwds"):
