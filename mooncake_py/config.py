@@ -1,6 +1,6 @@
 """Library-wide settings, scoped with a context manager."""
 import contextvars
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -20,18 +20,24 @@ class Config:
     """
     debug_mode: bool = False
     chunk_size: int = None
-    _tokens: list = field(default_factory=list, repr=False, compare=False)
 
+    # The tokens that undo each `with` live in the context (per thread, per asyncio task), not
+    # on the object: one Config entered by several threads at once must not hand one thread's
+    # token to another's __exit__.
     def __enter__(self):
-        self._tokens.append(_CONFIG.set(self))
+        token = _CONFIG.set(self)
+        _TOKENS.set(_TOKENS.get() + (token,))
         return self
 
     def __exit__(self, *exc):
-        _CONFIG.reset(self._tokens.pop())
+        tokens = _TOKENS.get()
+        _TOKENS.set(tokens[:-1])
+        _CONFIG.reset(tokens[-1])
         return False
 
 
 _CONFIG = contextvars.ContextVar("mooncake_config", default=Config())
+_TOKENS = contextvars.ContextVar("mooncake_config_tokens", default=())
 
 
 def current_config():
