@@ -204,3 +204,13 @@ def test_value_and_derivative_both_orders():
     np.testing.assert_allclose(d, np.cos(x) * v)
     with pytest.raises(mp.TangentError, match="tuple of 2"):
         mp.value_and_derivative(c, f, v, x, 2.0)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse", "auto"])
+def test_jacobian_container_output_of_one_array(mode):
+    x = rng.standard_normal(3)
+    J = mp.jacobian(lambda x: (np.sin(x), np.sum(x ** 2)), mode=mode)(x)
+    np.testing.assert_allclose(J[0], np.diag(np.cos(x)), atol=1e-15)
+    np.testing.assert_allclose(J[1], 2 * x)
+    with pytest.raises(mp.OutputTypeError, match="no float leaf"):
+        mp.jacobian(lambda x: (np.argmax(x),), mode=mode)(x)
