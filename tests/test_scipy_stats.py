@@ -416,3 +416,35 @@ def test_masks_keep_gradients_and_hvps_finite(fn):
     hv = mp.hvp(f)(x, np.ones(5))
     assert np.all(np.isfinite(g)) and np.all(np.isfinite(hv))
     check_grads(f, x)
+
+
+MULTINOMIAL = [  # x, n, p
+    (np.array([1, 2, 3]), 6, np.array([0.2, 0.3, 0.5])),
+    (np.array([[1, 2, 3], [0, 0, 6], [2, 2, 2]]), 6, np.array([0.2, 0.3, 0.5])),
+    (np.array([1, 2, 3]), np.array([6, 5, -1]), np.array([[0.2, 0.3, 0.5]])),   # bad x, bad n
+    (np.array([1.5, 1.5, 3.0]), 6, np.array([[0.2, 0.3, 0.5], [1.2, -0.5, 0.3]])),
+    (np.array([1, 2, 3]), 6, np.array([0.2, 0.3, 0.4])),    # SciPy adjusts the last entry
+]
+
+
+@pytest.mark.filterwarnings("ignore:Some rows of `p`:FutureWarning")
+@pytest.mark.parametrize("case", range(len(MULTINOMIAL)))
+def test_multinomial_values(case):
+    x, n, p = MULTINOMIAL[case]
+    for method in ("logpmf", "pmf"):
+        want = getattr(ss.multinomial, method)(x, n, p)
+        got = tracking_params(stats.multinomial, method, x, n, p, plain=(0,))
+        assert got.shape == np.shape(want)
+        assert_same(got, want)
+
+
+def test_multinomial_derivatives():
+    x = np.array([[1, 2, 3], [0, 4, 2]])
+    # logits keep p on the simplex under the finite-difference steps
+    test_rule(lambda z: stats.multinomial.logpmf(x, 6, np.exp(z) / np.sum(np.exp(z))),
+              np.array([0.1, -0.4, 0.3]), noncontiguous=False)
+    with pytest.warns(FutureWarning):   # off the simplex: the derivative follows SciPy's fix
+        test_rule(lambda p: stats.multinomial.logpmf(x, 6, p), np.array([0.2, 0.3, 0.4]),
+                  noncontiguous=False)
+    with pytest.raises(mp.MissingRuleError, match="`n`"):
+        mp.grad(lambda n: stats.multinomial.logpmf(x, n, np.array([0.2, 0.3, 0.5])))(6.0)

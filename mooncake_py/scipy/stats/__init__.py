@@ -27,9 +27,9 @@ from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, unifor
                           poisson, binom, bernoulli)
 from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, nbinom,
                     geom)
-from ._multivariate import multivariate_normal, multivariate_t, dirichlet
+from ._multivariate import multivariate_normal, multivariate_t, dirichlet, multinomial
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
            "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min",
            "poisson", "binom", "bernoulli", "nbinom", "geom",
-           "multivariate_normal", "multivariate_t", "dirichlet"]
+           "multivariate_normal", "multivariate_t", "dirichlet", "multinomial"]

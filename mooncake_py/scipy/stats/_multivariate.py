@@ -1,5 +1,5 @@
-"""Multivariate distributions of the stats mirror: multivariate_normal, multivariate_t and
-dirichlet, with SciPy's signatures, parameter handling and output squeezing.
+"""Multivariate distributions of the stats mirror: multivariate_normal, multivariate_t,
+dirichlet and multinomial, with SciPy's signatures, parameter handling and output squeezing.
 
 A dense covariance (or shape matrix) is factored by Cholesky (``np.linalg.cholesky`` and
 ``mp.linalg.solve_triangular`` have rules), so the log-density is differentiable in the
@@ -283,6 +283,76 @@ class dirichlet_gen(Distribution):
         return np.exp(self._logpdf(x, alpha))
 
 
+class multinomial_gen(Distribution):
+    """Multinomial, ``multinomial.logpmf(x, n, p)``: differentiable in the probabilities ``p``
+    (last axis); the counts ``x`` and ``n`` carry no derivative. As SciPy does, a row of ``p``
+    that does not sum to 1 has its last entry replaced by ``1 - sum(others)`` (with SciPy's
+    FutureWarning), so the derivative in that entry is then zero.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.scipy import stats
+        >>> p = np.array([0.2, 0.3, 0.5])
+        >>> mp.grad(lambda p: stats.multinomial.logpmf([1, 2, 3], 6, p))(p)   # x / p
+        array([5.        , 6.66666667, 6.        ])
+    """
+
+    def __call__(self, n, p, seed=None):
+        return _MultivariateFrozen(self, dict(n=n, p=p), seed)
+
+    def _logpmf(self, x, n, p):
+        if tracked(n):
+            raise MissingRuleError(
+                "mooncake_py.scipy.stats.multinomial has no derivative with respect to `n`: "
+                "it is a count. Pass it as a plain number or array (or wrap it in "
+                "mp.stop_gradient); the derivative in p works.")
+        p = arr(p)
+        pp = np.asarray(_plain(p), dtype=float)
+        eps = np.finfo(np.result_type(pp, np.float32)).eps * 10
+        adjust = np.abs(1 - pp.sum(axis=-1)) > eps
+        if np.any(adjust):
+            import warnings
+            warnings.warn(
+                f"Some rows of `p` do not sum to 1.0 within tolerance of {eps=}. Currently, "
+                f"the last element of these rows is adjusted to compensate, but this condition "
+                f"will produce NaNs beginning in SciPy 1.18.0. Please ensure that rows of `p` "
+                f"sum to 1.0 to avoid futher disruption.", FutureWarning, stacklevel=3)
+            last = np.where(adjust, 1.0 - np.sum(p[..., :-1], axis=-1), p[..., -1])
+            p = np.concatenate([p[..., :-1], last[..., None]], axis=-1)
+            pp = np.asarray(_plain(p), dtype=float)
+        bad_p = np.any(pp < 0, axis=-1) | np.any(pp > 1, axis=-1)
+        n = np.array(_plain(n), dtype=int)
+        bad_np = (n < 0) | bad_p
+        xp = np.asarray(_plain(arr(x)))
+        xx = np.asarray(xp, dtype=int)
+        if xx.ndim == 0:
+            raise ValueError("x must be an array.")
+        if xx.size != 0 and not xx.shape[-1] == pp.shape[-1]:
+            raise ValueError(f"Size of each quantile should be size of p: received "
+                             f"{xx.shape[-1]}, but expected {pp.shape[-1]}.")
+        bad_x = np.any(xx != xp, axis=-1) | np.any(xx < 0, axis=-1) | (np.sum(xx, axis=-1) != n)
+        with np.errstate(invalid="ignore"):
+            out = sc.gammaln(n + 1) + np.sum(sc.xlogy(xx, p) - sc.gammaln(xx + 1), axis=-1)
+        bad_x = bad_x | np.zeros(bad_np.shape, dtype=bool)
+        bad_np = bad_np | np.zeros(bad_x.shape, dtype=bool)
+        if np.any(bad_x):
+            out = np.where(bad_x, -np.inf, out)
+        return np.where(bad_np, np.nan, out) if np.any(bad_np) else out
+
+    def logpmf(self, x, n, p):
+        """Log of the probability mass at the counts ``x``; SciPy's signature."""
+        if not tracked(x, n, p):
+            return self.scipy.logpmf(x, n, p)
+        return self._logpmf(x, n, p)
+
+    def pmf(self, x, n, p):
+        """Probability mass at the counts ``x``; SciPy's signature."""
+        if not tracked(x, n, p):
+            return self.scipy.pmf(x, n, p)
+        return np.exp(self._logpmf(x, n, p))
+
+
 multivariate_normal = multivariate_normal_gen("multivariate_normal")
 multivariate_t = multivariate_t_gen("multivariate_t")
 dirichlet = dirichlet_gen("dirichlet")
+multinomial = multinomial_gen("multinomial")
