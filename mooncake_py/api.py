@@ -306,10 +306,17 @@ def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
     With ``has_aux=True``, ``f`` returns ``(value, aux)`` and the call returns
     ``(gradient, aux)``.
 
+    Complex arguments (C treated as R², see docs/complex.md): the gradient with respect to a
+    complex ``z`` is ``∂f/∂Re z + i·∂f/∂Im z``, complex of ``z``'s dtype, so that
+    ``z -= lr * grad`` descends (PyTorch's convention; JAX returns the complex conjugate).
+    ``f`` itself must be real-valued: take ``np.real``, ``np.abs``, ... of a complex result.
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> mp.grad(lambda x: np.sum(np.sin(x)))(np.zeros(2))
         array([1., 1.])
+        >>> mp.grad(lambda z: np.abs(z) ** 2)(np.complex128(3 + 4j))
+        np.complex128(6+8j)
         >>> mp.grad(lambda x: (np.sum(x ** 2), "note"), has_aux=True)(np.ones(2))
         (array([2., 2.]), 'note')
     """

@@ -200,7 +200,9 @@ def test_rule(fn, *args, rtol=None, atol=None, ndirs=3, seed=0, noncontiguous=Tr
 
     With ``noncontiguous=True`` every array argument is also checked as a strided
     (non-contiguous) copy. Raises AssertionError on a failure. Use float64 inputs: float32 gets
-    loose tolerances.
+    loose tolerances. Complex arguments and outputs are checked on C treated as R²: directions
+    and cotangents are complex, finite differences move real and imaginary parts together, and
+    inner products are ``Re Σ conj(a)·b``.
 
     Example:
         >>> import numpy as np

@@ -160,7 +160,8 @@ CASES = [
     (lambda x: x.astype(np.complex128) * (1 - 2j), (X,)),
     (np.sum, (ZS,)), (lambda z: np.sum(z, axis=(0, 2), keepdims=True), (ZS,)),
     (np.mean, (ZS,)), (lambda z: np.mean(z, axis=1), (ZS,)), (np.prod, (Z,)),
-    (lambda z: np.prod(z, axis=0), (Z,)), (np.cumsum, (W,)), (lambda z: np.cumprod(z, axis=1), (Z,)),
+    (lambda z: np.prod(z, axis=0), (Z,)), (np.nanprod, (Z,)), (np.add.reduce, (Z,)),
+    (np.multiply.accumulate, (Z,)), (np.cumsum, (W,)), (lambda z: np.cumprod(z, axis=1), (Z,)),
     (np.matmul, (Z, c(4, 2))), (np.matmul, (X, c(4, 2))), (np.matmul, (ZS, W)),
     (lambda a, b: a @ b, (A, B)), (np.dot, (Z, W)), (np.vdot, (W, c(4))),
     (np.vdot, (W, r(4))), (np.vdot, (r(4), W)), (np.inner, (Z, W)), (np.outer, (W, c(3))),
@@ -357,3 +358,15 @@ def test_jacobian_of_complex_output_agrees_in_both_modes():
 def test_jacobian_of_complex_input_points_to_jvp_and_vjp():
     with pytest.raises(mp.NonDifferentiableInputError, match="jvp"):
         mp.jacobian(lambda z: np.conj(z))(c(2))
+
+
+def test_large_complex_arrays_take_the_numpy_path_of_the_elementwise_layer():
+    # above KERNEL_MIN_SIZE real arrays use fused numba kernels; complex ones must not
+    from mooncake_py.dual.elementwise import KERNEL_MIN_SIZE
+    n = KERNEL_MIN_SIZE + 8
+    z = 0.3 + 0.2j + np.linspace(0, 1, n) * (1 + 1j)
+    v = np.full(n, 1 - 1j)
+    f = lambda z: np.sum(np.abs(np.sin(z) * np.exp(z)) ** 2)  # noqa: E731
+    h = 1e-5
+    fd = (mp.grad(f)(z + h * v) - mp.grad(f)(z - h * v)) / (2 * h)
+    np.testing.assert_allclose(mp.hvp(f)(z, v), fd, rtol=1e-6, atol=1e-6)

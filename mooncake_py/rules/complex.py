@@ -28,7 +28,6 @@ from .registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name, frule, rrule
 from .mutation import MUTATORS
 from .shape import astype
 from .cotangents import scatter_add
-from . import linear_algebra as _la
 from .elementwise import ew_pullback
 
 
@@ -53,8 +52,9 @@ _COMPLEX_SAFE_TABLE = ("negative positive square sqrt reciprocal exp exp2 expm1 
 HOLOMORPHIC = set(getattr(np, n) for n in _COMPLEX_SAFE_TABLE)
 HOLOMORPHIC.update([
     np.matmul, np.dot, np.inner, np.outer, np.kron, np.tensordot, np.einsum, np.trace,
-    np.linalg.inv, np.linalg.solve, np.linalg.det, _la.solve_triangular,
+    np.linalg.inv, np.linalg.solve, np.linalg.det,
     np.sum, np.mean, np.prod, np.cumsum, np.cumprod, np.nansum, np.nanmean, np.nancumsum,
+    np.nanprod, np.nancumprod,
     (np.add, "reduce"), (np.add, "accumulate"), (np.multiply, "reduce"),
     (np.multiply, "accumulate"), ew_pullback])
 for _name in ("matmul", "outer", "tensordot", "trace"):
