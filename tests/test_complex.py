@@ -370,3 +370,17 @@ def test_large_complex_arrays_take_the_numpy_path_of_the_elementwise_layer():
     h = 1e-5
     fd = (mp.grad(f)(z + h * v) - mp.grad(f)(z - h * v)) / (2 * h)
     np.testing.assert_allclose(mp.hvp(f)(z, v), fd, rtol=1e-6, atol=1e-6)
+
+
+def test_complex_buffer_made_from_real_values_is_checked_too():
+    def f(x):
+        b = np.zeros(2, dtype=complex, like=x)
+        b[0], b[1] = x[0], x[1]
+        return np.linalg.norm(b)
+    x = np.array([1.0, 2.0])
+    with pytest.raises(mp.MissingRuleError, match="norm"):
+        mp.grad(f)(x)
+    with pytest.raises(mp.MissingRuleError, match="norm"):
+        mp.jvp(f, (x,), (x,))
+    g = lambda x: np.sum(np.abs(np.fft.fft(np.zeros(2, dtype=complex, like=x) + x)) ** 2)  # noqa
+    np.testing.assert_allclose(mp.grad(g)(x), 4 * x)

@@ -190,6 +190,8 @@ def _like(d, func, args, kwargs):
     dt = getattr(out, "dtype", None)
     if dt is None or dt.kind not in "fc":
         return out
+    if dt.kind == "c":
+        tag.complex = True
     b = DualArray(out, zero_tangent(out, tag.lanes), tag)
     if fill is not None:
         b[...] = fill

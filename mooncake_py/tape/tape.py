@@ -320,8 +320,11 @@ class Tape:
                 any(_holds_tracked(v, self) for v in kwargs.values()):
             return func(*args, **kwargs)  # e.g. np.array([x, y], like=z): NumPy's own error
         out = call_like(func, args, kwargs, handle._value)
-        if _kind(out) not in "fc":
+        kind = _kind(out)
+        if kind not in "fc":
             return out
+        if kind == "c":
+            self._go_complex()
         t = self._new(out, None, None, func)
         if fill is not None:
             self.write(t, Ellipsis, fill)
