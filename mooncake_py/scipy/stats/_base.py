@@ -99,9 +99,11 @@ def masked(mask, v, safe):
 def no_rule(qualname, method):
     return MissingRuleError(
         f"mooncake_py.scipy.stats.{qualname}.{method} was called on tracked or dual values but "
-        f"has no differentiable implementation (the mirror covers logpdf, pdf, logcdf and cdf, "
-        f"logpmf and pmf for discrete distributions). Call it on plain arrays (it then runs "
-        f"SciPy's own), or write the quantity with np. calls on the differentiable methods.")
+        f"has no differentiable implementation (the mirror covers logpdf, pdf, logcdf, cdf, "
+        f"logsf and sf of continuous distributions; logpmf, pmf, logcdf and cdf of discrete "
+        f"ones; logpdf/pdf or logpmf/pmf of multivariate ones). Call it on plain arrays (it "
+        f"then runs SciPy's own), or write the quantity with np. calls on the differentiable "
+        f"methods.")
 
 
 class Distribution:
@@ -237,22 +239,22 @@ class Univariate(Distribution):
     def _logcdf(self, z, *shapes):
         # SciPy: log(cdf) below the median, log1p(-sf) above, where each is accurate. Each
         # branch sees only its own side's z: the other side's value may be log(0).
-        return self._switch(z < self._median(*shapes), z, shapes,
-                            lambda v: np.log(self._cdf(v, *shapes)),
+        med = self._median(*shapes)
+        return self._switch(z < med, z, med, lambda v: np.log(self._cdf(v, *shapes)),
                             lambda v: np.log1p(-self._sf(v, *shapes)))
 
     def _logsf(self, z, *shapes):
-        return self._switch(z > self._median(*shapes), z, shapes,
-                            lambda v: np.log(self._sf(v, *shapes)),
+        med = self._median(*shapes)
+        return self._switch(z > med, z, med, lambda v: np.log(self._sf(v, *shapes)),
                             lambda v: np.log1p(-self._cdf(v, *shapes)))
 
-    def _switch(self, cond, z, shapes, f, g):
-        if np.all(cond):
-            return f(z)
-        if not np.any(cond):
-            return g(z)
-        med = self._median(*shapes)
-        with np.errstate(divide="ignore"):
+    @staticmethod
+    def _switch(cond, z, med, f, g):
+        with np.errstate(divide="ignore"):   # a tail's cdf (or sf) may underflow to 0
+            if np.all(cond):
+                return f(z)
+            if not np.any(cond):
+                return g(z)
             return np.where(cond, f(np.where(cond, z, med)), g(np.where(cond, med, z)))
 
     def logpdf(self, x, *args, **kwds):
