@@ -83,6 +83,10 @@ def test_port_gradient_and_hvp(program, theta, ported):
         h = 1e-5
         fd = (mp.grad(program)(theta + h * v) - mp.grad(program)(theta - h * v)) / (2 * h)
         np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6 * np.max(np.abs(fd)))
+    # the full Hessian (all directions as lanes of one sweep) agrees with the HVPs
+    H = mp.hessian(program)(theta)
+    np.testing.assert_allclose(H @ v, hv, rtol=1e-9, atol=1e-9 * np.max(np.abs(hv)))
+    np.testing.assert_allclose(H, H.T, rtol=1e-9, atol=1e-9 * np.max(np.abs(H)))
 
 
 def test_unported_program_loses_tracking():
