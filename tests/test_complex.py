@@ -384,3 +384,17 @@ def test_complex_buffer_made_from_real_values_is_checked_too():
         mp.jvp(f, (x,), (x,))
     g = lambda x: np.sum(np.abs(np.fft.fft(np.zeros(2, dtype=complex, like=x) + x)) ** 2)  # noqa
     np.testing.assert_allclose(mp.grad(g)(x), 4 * x)
+
+
+def test_complex_device_arrays_take_the_composition_path():
+    """On a (stand-in) CuPy array, complex values never reach the generated kernels."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
+    import fake_device
+    xp = fake_device.module()
+    z0, v0 = c(50), c(50)
+    f = lambda z: np.sum(np.abs(np.sin(z) * np.exp(z)) ** 2)  # noqa: E731
+    hv = mp.hvp(f)(xp.asarray(z0), xp.asarray(v0))
+    assert type(hv) is xp.ndarray and hv.dtype == np.complex128
+    np.testing.assert_allclose(xp.asnumpy(hv), mp.hvp(f)(z0, v0), rtol=1e-12)
