@@ -9,5 +9,7 @@ from . import (differences, convolution, interpolation, sorting, construction,  
 from . import decompositions, signal  # noqa: F401
 from . import complex, fft  # noqa: F401,E402  (last: complex reads and overrides the families' rules)
 
-# The rules shipped with mooncake_py; the tape checks the cotangent shapes of every other one.
-BUILTIN_RRULES = frozenset(RRULES)
+# The rules shipped with mooncake_py (the derivative table's late scipy section included); the
+# tape checks the cotangents of every other one.
+BUILTIN_RRULES = set(RRULES)
+derivative_table.on_new_entries(lambda entries: BUILTIN_RRULES.update(e.ufunc for e in entries))
