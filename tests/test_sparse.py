@@ -244,7 +244,20 @@ def _setitem_fancy(x):
     return y
 
 
+def _mutators(x):
+    y = np.zeros_like(x)
+    np.copyto(y, x ** 2, where=np.array([True, False] * 3))
+    np.put(y, [1, 3], x[4:] * x[0])
+    m = np.zeros_like(x, shape=(2, 2))
+    np.fill_diagonal(m, x[2:4])
+    return np.concatenate([y, m.ravel()])
+
+
 VECTOR_CASES = {
+    "copyto_put_fill_diagonal": _mutators,
+    "median_block_ptp": lambda x: np.concatenate([
+        np.reshape(np.median(x[:5] ** 2), (1,)),
+        np.block([[x[:2], x[2:4] * x[4:]]]).ravel(), np.reshape(np.ptp(x), (1,))]),
     "getitem_fancy_bool": lambda x: x[[4, 0, 0]] * x[np.array([1, 0, 1, 0, 1, 1], bool)][:3],
     "reshape_transpose": lambda x: np.ravel(np.reshape(x, (2, 3)).T @ _M),
     "concat_constant": lambda x: np.concatenate([x[:2], _C[:2], x[4:] ** 2]),
