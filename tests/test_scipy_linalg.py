@@ -48,7 +48,11 @@ PLAIN = [
     ("qr", lambda f, a: f(a, mode="economic")[0]), ("lu", lambda f, a: f(a)[1]),
     ("eigh", lambda f, a: f(a)[1]), ("eigvalsh", lambda f, a: f(a)),
     ("expm", lambda f, a: f(a / 10)), ("sqrtm", lambda f, a: f(a)),
-    ("solve_sylvester", lambda f, a: f(a, a, a)),
+    ("solve_sylvester", lambda f, a: f(a, a, a)), ("logm", lambda f, a: f(a)),
+    ("lu_factor", lambda f, a: f(a)[0]), ("lu_solve", lambda f, a: f(sla.lu_factor(a), a[0])),
+    ("svd", lambda f, a: f(a)[0]), ("svdvals", lambda f, a: f(a)), ("pinv", lambda f, a: f(a)),
+    ("norm", lambda f, a: f(a, "nuc")), ("solve_continuous_lyapunov", lambda f, a: f(a, a)),
+    ("block_diag", lambda f, a: f(a, 2.0, a[0])),
 ]
 
 
@@ -198,3 +202,56 @@ def test_hvp_through_mirror_functions():
     eps = 1e-5
     fd = (mp.grad(f)(a0 + eps * v) - mp.grad(f)(a0 - eps * v)) / (2 * eps)
     np.testing.assert_allclose(mp.hvp(f)(a0, v), fd, rtol=1e-6, atol=1e-8)
+
+
+# --- lu_factor/lu_solve, svd, pinv, norm, logm, Lyapunov, block_diag ----------------------------
+@pytest.mark.parametrize("trans", [0, 1])
+def test_lu_factor_lu_solve(trans):
+    test_rule(lambda a: L.lu_factor(a)[0], rand(4, 4))
+    test_rule(lambda a, b: L.lu_solve(L.lu_factor(a), b, trans=trans), rand(4, 4), rand(4, 2))
+    a, b = well_conditioned(3, 3), rand(3)
+    g1 = mp.grad(lambda a: np.sum(L.lu_solve(L.lu_factor(a), b, trans=trans) ** 2))(a)
+    g2 = mp.grad(lambda a: np.sum(np.linalg.solve(a.T if trans else a, b) ** 2))(a)
+    np.testing.assert_allclose(g1, g2, rtol=1e-10)
+
+
+def test_lu_factor_batch_refused():
+    with pytest.raises(mp.MissingRuleError, match="2-D"):
+        mp.grad(lambda a: np.sum(L.lu_factor(a)[0]))(rand(2, 3, 3))
+
+
+@pytest.mark.parametrize("kw", [dict(full_matrices=False), dict(compute_uv=False),
+                                dict(full_matrices=False, lapack_driver="gesvd")])
+def test_svd(kw):
+    test_rule(lambda a: L.svd(a, **kw), rand(4, 3))
+    test_rule(L.svdvals, rand(3, 5))
+
+
+def test_svd_gesvd_signs_follow_scipy():
+    a = rand(4, 3)
+    y, _ = mp.vjp(lambda a: L.svd(a, lapack_driver="gesvd"), a)
+    for got, want in zip(y, sla.svd(a, lapack_driver="gesvd")):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_pinv_and_norm():
+    test_rule(L.pinv, rand(4, 3))
+    test_rule(lambda a: L.pinv(a, atol=1e-3, return_rank=True), rand(3, 4))
+    for ord in (None, "fro", "nuc", 1, 2, -2, np.inf):
+        test_rule(lambda a: L.norm(a, ord), rand(3, 4))
+    test_rule(lambda x: L.norm(x, 3, axis=0), rand(4, 2))
+
+
+def test_logm():
+    test_rule(L.logm, well_conditioned(3, 3), ndirs=1)  # SciPy's logm is slow
+    test_rule(L.logm, spd(2, 2, 2), ndirs=1)
+    # logm(expm(A)) = A for small A: the composition's Jacobian is the identity
+    a, v = rand(3, 3) / 4, rand(3, 3)
+    _, t = mp.jvp(lambda a: L.logm(L.expm(a)), (a,), (v,))
+    np.testing.assert_allclose(t, v, rtol=1e-8, atol=1e-10)
+
+
+def test_solve_continuous_lyapunov_and_block_diag():
+    test_rule(L.solve_continuous_lyapunov, well_conditioned(3, 3), rand(3, 3))
+    test_rule(lambda a, b, c: L.block_diag(a, b, c), rand(2, 2), rand(3), 1.5)
+    test_rule(lambda a: L.block_diag(a, np.ones((1, 2))), rand(2, 3))

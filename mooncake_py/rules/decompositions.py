@@ -1,6 +1,6 @@
 """Rules for matrix decompositions and matrix functions: numpy.linalg qr, eig, eigvals, lstsq,
 matrix_power and cond; and the scipy.linalg primitives lu, expm, sqrtm, solve_sylvester and
-solve_banded (exported by :mod:`mooncake_py.scipy.linalg`).
+solve_banded, logm (exported by :mod:`mooncake_py.scipy.linalg`).
 
 Matrix arguments are the last two axes and leading axes are a batch, as in NumPy and SciPy. The
 derivative table (k = min(m, n); Ȧ a tangent, Ā a cotangent; Rank conditions as stated):
@@ -23,7 +23,8 @@ derivative table (k = min(m, n); Ȧ a tangent, Ā a cotangent; Rank conditions a
   U₂ = L⁻¹ Ã₂. Reverse: Ã̄₁ = L₁⁻ᵀ (tril(L₁ᵀ L̄₁, −1) + triu(Ū₁ U₁ᵀ)) U₁⁻ᵀ.
 - ``Y = expm(A)``: Ẏ = L(A, Ȧ), the Fréchet derivative, the top right block of
   expm([[A, Ȧ], [0, A]]); Ā = L(Aᵀ, Ȳ). The pullback calls :func:`expm` itself, whose frule
-  exists, so second order works.
+  exists, so second order works. ``logm`` likewise (the block trick holds for every primary
+  matrix function).
 - ``X = sqrtm(A)``: X Ẋ + Ẋ X = Ȧ, so Ẋ = sylvester(X, X, Ȧ) and Ā = sylvester(Xᵀ, Xᵀ, X̄).
 - ``A X + X B = Q``: Ẋ = sylvester(A, B, Q̇ − Ȧ X − X Ḃ); Q̄ = sylvester(Aᵀ, Bᵀ, X̄),
   Ā = −Q̄ Xᵀ, B̄ = −Xᵀ Q̄.
@@ -32,6 +33,8 @@ derivative table (k = min(m, n); Ȧ a tangent, Ā a cotangent; Rank conditions a
 Every pullback is written with ruled ``np.`` calls (or these primitives), so forward-over-reverse
 (hvp, hessian) works through all of them.
 """
+import warnings
+
 import numpy as np
 
 from .. import array_module as am
@@ -42,7 +45,7 @@ from .lanes import align
 from .linear_algebra import (_mT, _pad, _dtype, _tan, _addt, _cols, _uncols, _sla,
                              solve_triangular)
 
-__all__ = ["lu", "expm", "sqrtm", "solve_sylvester", "solve_banded"]
+__all__ = ["lu", "expm", "logm", "sqrtm", "solve_sylvester", "solve_banded"]
 
 
 def _eye_like(n, x):
@@ -415,15 +418,22 @@ def expm(A):
     return _host_sla("mp.scipy.linalg.expm", A).expm(A)
 
 
-def _frechet(a, e):
-    """L(A, E): the top right block of expm([[A, E], [0, A]]); ``e`` may have more leading
+def _frechet(a, e, fn=None):
+    """L(A, E) of the matrix function ``fn`` (default expm): the top right block of
+    fn([[A, E], [0, A]]), true of every primary matrix function; ``e`` may have more leading
     (lane) axes than ``a``."""
     a = np.broadcast_to(a, shape_of(e)) if shape_of(a) != shape_of(e) else a
     z = np.zeros_like(a) if _dtype(a) == _dtype(e) else np.zeros_like(e)
     big = np.concatenate([np.concatenate([a, e], axis=-1), np.concatenate([z, a], axis=-1)],
                          axis=-2)
     n = shape_of(e)[-1]
-    return expm(big)[..., :n, n:]
+    if fn is None:
+        return expm(big)[..., :n, n:]
+    with warnings.catch_warnings():
+        # logm's error estimate on the block matrix (~1e-13) is noise to the caller, who did
+        # not ask for this logm
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(big)[..., :n, n:]
 
 
 @rrule(expm)
@@ -435,6 +445,32 @@ def _expm(A):
 @frule(expm, lanes=True)
 def _expm_f(primals, tangents):
     return expm(primals[0]), _frechet(primals[0], tangents[0])
+
+
+@primitive
+def logm(A, **kwargs):
+    """The principal matrix logarithm, as ``scipy.linalg.logm`` (complex where a real matrix
+    has negative eigenvalues), differentiable: the tangent is the Fréchet derivative, the top
+    right block of ``logm([[A, Ȧ], [0, A]])``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda a: np.trace(mp.scipy.linalg.logm(a)))(np.diag([2.0, 4.0]))
+        array([[0.5 , 0.  ],
+               [0.  , 0.25]])
+    """
+    return _host_sla("mp.scipy.linalg.logm", A).logm(A, **kwargs)
+
+
+@rrule(logm)
+def _logm(A, **kwargs):
+    y = logm(A, **kwargs)
+    return y, lambda g: (_frechet(_mT(A), g, logm),)
+
+
+@frule(logm, lanes=True)
+def _logm_f(primals, tangents, **kwargs):
+    return logm(primals[0], **kwargs), _frechet(primals[0], tangents[0], logm)
 
 
 # --- scipy.linalg.solve_sylvester, sqrtm -----------------------------------------------------
@@ -720,5 +756,5 @@ declare_complex(np.linalg.eigvals, holomorphic=False)
 # Complex-differentiable (their rules are algebraic formulas; the tape conjugates around them).
 # The square root of a real matrix with negative eigenvalues is complex: fine, it is the same
 # analytic function. qr and lstsq (conjugate transposes) refuse complex values.
-for _fn in (expm, sqrtm, solve_sylvester, lu, solve_banded):
+for _fn in (expm, logm, sqrtm, solve_sylvester, lu, solve_banded):
     declare_complex(_fn, holomorphic=True)

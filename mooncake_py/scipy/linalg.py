@@ -27,11 +27,12 @@ from ..errors import MissingRuleError
 from ..rules.registry import primitive, composite, zero_derivative
 from ..rules.broadcasting import shape_of
 from ..rules.linear_algebra import solve_triangular, cho_solve, _mT, _sla
-from ..rules.decompositions import lu, expm, sqrtm, solve_sylvester, solve_banded
+from ..rules.decompositions import lu, expm, logm, sqrtm, solve_sylvester, solve_banded
 
-__all__ = ["solve", "solve_triangular", "solve_banded", "solve_sylvester", "cholesky",
-           "cho_factor", "cho_solve", "inv", "det", "qr", "lu", "eigh", "eigvalsh", "expm",
-           "sqrtm"]
+__all__ = ["solve", "solve_triangular", "solve_banded", "solve_sylvester",
+           "solve_continuous_lyapunov", "cholesky", "cho_factor", "cho_solve", "inv", "det",
+           "qr", "lu", "lu_factor", "lu_solve", "eigh", "eigvalsh", "svd", "svdvals", "pinv",
+           "norm", "expm", "logm", "sqrtm", "block_diag"]
 
 
 def _scipy():
@@ -297,3 +298,241 @@ def eigvalsh(a, b=None, *, lower=True, overwrite_a=False, overwrite_b=False, typ
     return eigh(a, b, lower=lower, eigvals_only=True, overwrite_a=overwrite_a,
                 overwrite_b=overwrite_b, type=type, check_finite=check_finite,
                 subset_by_index=subset_by_index, subset_by_value=subset_by_value, driver=driver)
+
+
+# --- lu_factor, lu_solve ----------------------------------------------------------------------
+@zero_derivative
+def _lu_piv(a):
+    """LAPACK's pivot indices of ``a``'s LU factorisation (piecewise constant)."""
+    return _scipy().lu_factor(a)[1]
+
+
+def _perm_from_piv(piv):
+    """The row order ``perm`` with ``a[perm] = L U``, from LAPACK's sequence of swaps."""
+    perm = np.arange(len(piv))
+    for i, p in enumerate(np.asarray(piv)):
+        perm[i], perm[p] = perm[p], perm[i]
+    return perm
+
+
+def _refuse_batch(fn, a):
+    if len(shape_of(a)) != 2:
+        raise MissingRuleError(f"scipy.linalg.{fn} is differentiated for one matrix (2-D) only; "
+                               "loop over the batch, or use scipy.linalg.solve.")
+
+
+@primitive
+def lu_factor(a, overwrite_a=False, check_finite=True):
+    """``(lu, piv)`` for :func:`lu_solve`, as ``scipy.linalg.lu_factor``: L's strict lower
+    triangle and U in one matrix, and LAPACK's pivots. Differentiable in ``a`` (2-D).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.scipy import linalg
+        >>> A = np.array([[1.0, 2.0], [3.0, 4.0]])
+        >>> f = lambda a: np.sum(linalg.lu_solve(linalg.lu_factor(a), np.ones(2)))
+        >>> bool(np.allclose(mp.grad(f)(A), mp.grad(lambda a: np.sum(np.linalg.solve(a,
+        ...                                                          np.ones(2))))(A)))
+        True
+    """
+    return _scipy().lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
+
+
+@composite(lu_factor)
+def _lu_factor(a, overwrite_a=False, check_finite=True):
+    _refuse_batch("lu_factor", a)
+    _, l, u = lu(a)
+    return np.tril(l, -1) + u, _lu_piv(a)
+
+
+@primitive
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    """Solve ``a x = b`` (``trans=1``: ``aᵀ x = b``) from :func:`lu_factor`'s output, as
+    ``scipy.linalg.lu_solve``; differentiable in ``lu`` and ``b``.
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py.scipy import linalg
+        >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
+        >>> linalg.lu_solve(linalg.lu_factor(A), np.array([3.0, 4.0]))
+        array([1., 1.])
+    """
+    return _scipy().lu_solve(lu_and_piv, b, trans=trans, overwrite_b=overwrite_b,
+                             check_finite=check_finite)
+
+
+@composite(lu_solve)
+def _lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    c, piv = lu_and_piv
+    _refuse_batch("lu_solve", c)
+    perm = _perm_from_piv(piv)
+    unit = dict(lower=True, unit_diagonal=True)  # L: c's strict lower triangle and ones
+    if trans in (0, "N"):
+        return solve_triangular(c, solve_triangular(c, b[perm], **unit))
+    y = solve_triangular(c, solve_triangular(c, b, trans=1), trans=1, **unit)
+    return y[np.argsort(perm)]
+
+
+# --- svd, svdvals, pinv, norm -----------------------------------------------------------------
+@primitive
+def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
+        lapack_driver="gesdd"):
+    """Singular value decomposition, as ``scipy.linalg.svd``; differentiated through
+    ``np.linalg.svd``'s rule (the same LAPACK driver, gesdd; ``lapack_driver='gesvd'`` is
+    differentiated too, through gesdd's factors with SciPy's signs).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda a: mp.scipy.linalg.svd(a, compute_uv=False)[0])(np.diag([3.0, 1.0]))
+        array([[1., 0.],
+               [0., 0.]])
+    """
+    return _scipy().svd(a, full_matrices=full_matrices, compute_uv=compute_uv,
+                        overwrite_a=overwrite_a, check_finite=check_finite,
+                        lapack_driver=lapack_driver)
+
+
+@zero_derivative
+def _svd_signs(u, a, full_matrices, lapack_driver):
+    """±1 per column of U turning NumPy's (gesdd) factors into SciPy's for ``lapack_driver``."""
+    u_s = _scipy().svd(a, full_matrices=full_matrices, lapack_driver=lapack_driver)[0]
+    sg = np.sign(np.sum(u * u_s, axis=-2, keepdims=True))
+    return np.where(sg == 0, 1.0, sg).astype(u.dtype)
+
+
+@composite(svd)
+def _svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
+         lapack_driver="gesdd"):
+    if not compute_uv:
+        return np.linalg.svd(a, compute_uv=False)
+    u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
+    if lapack_driver != "gesdd":
+        sg = _svd_signs(u, a, full_matrices, lapack_driver)
+        k = shape_of(s)[-1]
+        u = u * sg
+        vh = vh * np.swapaxes(sg[..., :k], -1, -2) if shape_of(vh)[-2] == k else np.concatenate(
+            [vh[..., :k, :] * np.swapaxes(sg[..., :k], -1, -2), vh[..., k:, :]], axis=-2)
+    return u, s, vh
+
+
+@primitive
+def svdvals(a, overwrite_a=False, check_finite=True):
+    """The singular values, as ``scipy.linalg.svdvals``; differentiable (U diag(s̄) Vᵀ).
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py.scipy import linalg
+        >>> linalg.svdvals(np.diag([1.0, 3.0]))
+        array([3., 1.])
+    """
+    return _scipy().svdvals(a, overwrite_a=overwrite_a, check_finite=check_finite)
+
+
+@composite(svdvals)
+def _svdvals(a, overwrite_a=False, check_finite=True):
+    return np.linalg.svd(a, compute_uv=False)
+
+
+@primitive
+def pinv(a, *, atol=None, rtol=None, return_rank=False, check_finite=True):
+    """The Moore-Penrose pseudo-inverse, as ``scipy.linalg.pinv`` (singular values above
+    ``atol + rtol·σ_max`` kept); differentiable where the rank does not change.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda a: np.sum(mp.scipy.linalg.pinv(a)))(np.array([[2.0], [0.0]]))
+        array([[-0.25],
+               [ 0.25]])
+    """
+    return _scipy().pinv(a, atol=atol, rtol=rtol, return_rank=return_rank,
+                         check_finite=check_finite)
+
+
+@composite(pinv)
+def _pinv(a, *, atol=None, rtol=None, return_rank=False, check_finite=True):
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    m, n = shape_of(a)[-2:]
+    atol = 0.0 if atol is None else atol
+    if rtol is None:
+        rtol = max(m, n) * np.finfo(s.dtype).eps if atol == 0 else 0.0
+    smax = np.max(s, axis=-1, keepdims=True)
+    keep = s > atol + rtol * smax        # comparisons carry no tangent: the cutoff is constant
+    s_inv = np.where(keep, 1 / np.where(keep, s, 1), 0)
+    b = np.matmul(_mT(vh) * np.expand_dims(s_inv, -2), _mT(u))
+    if return_rank:
+        return b, np.sum(keep, axis=-1)
+    return b
+
+
+@primitive
+def norm(a, ord=None, axis=None, keepdims=False, check_finite=True):
+    """A vector or matrix norm, as ``scipy.linalg.norm``: ``np.linalg.norm``'s rule, every
+    ``ord`` (``fro``, ``nuc``, ±1, ±2, ±inf; vector p).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda a: mp.scipy.linalg.norm(a, "nuc"))(np.diag([2.0, -1.0]))
+        array([[ 1.,  0.],
+               [ 0., -1.]])
+    """
+    return _scipy().norm(a, ord=ord, axis=axis, keepdims=keepdims, check_finite=check_finite)
+
+
+@composite(norm)
+def _norm(a, ord=None, axis=None, keepdims=False, check_finite=True):
+    return np.linalg.norm(a, ord=ord, axis=axis, keepdims=keepdims)
+
+
+# --- Lyapunov, block_diag ---------------------------------------------------------------------
+@primitive
+def solve_continuous_lyapunov(a, q):
+    """Solve ``a x + x aᴴ = q``, as ``scipy.linalg.solve_continuous_lyapunov``; differentiable
+    in ``a`` and ``q`` (a Sylvester equation with b = aᴴ).
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py.scipy import linalg
+        >>> linalg.solve_continuous_lyapunov(np.diag([-1.0, -2.0]), -np.eye(2))
+        array([[0.5 , 0.  ],
+               [0.  , 0.25]])
+    """
+    return _scipy().solve_continuous_lyapunov(a, q)
+
+
+@composite(solve_continuous_lyapunov)
+def _solve_continuous_lyapunov(a, q):
+    return solve_sylvester(a, np.conjugate(_mT(a)), q)
+
+
+@primitive
+def block_diag(*arrs):
+    """The block-diagonal matrix of the given arrays, as ``scipy.linalg.block_diag``
+    (scalars and 1-D arrays are single rows); differentiable in every block.
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py.scipy import linalg
+        >>> linalg.block_diag(np.ones((1, 2)), 2.0)
+        array([[1., 1., 0.],
+               [0., 0., 2.]])
+    """
+    return _scipy().block_diag(*arrs)
+
+
+@composite(block_diag)
+def _block_diag(*arrs):
+    if not arrs:
+        return _scipy().block_diag()
+    mats = [np.reshape(a, (1, -1)) if len(shape_of(a)) < 2 else a for a in arrs]
+    if any(len(shape_of(m)) > 2 for m in mats):
+        raise ValueError("arguments in the following positions have dimension greater than 2")
+    cols = sum(shape_of(m)[1] for m in mats)
+    rows, left = [], 0
+    for m in mats:
+        r, c = shape_of(m)
+        dt = np.result_type(*[getattr(x, "dtype", np.float64) for x in mats])
+        pieces = [p for p in (np.zeros((r, left), dt), m, np.zeros((r, cols - left - c), dt))
+                  if p.shape[1] or p is m]
+        rows.append(np.concatenate(pieces, axis=1) if len(pieces) > 1 else m)
+        left += c
+    return np.concatenate(rows, axis=0)
