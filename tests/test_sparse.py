@@ -254,6 +254,14 @@ def _mutators(x):
 
 
 VECTOR_CASES = {
+    "einsum": lambda x: np.concatenate([
+        np.einsum("ij,j->i", _M, x[:3]), np.einsum("i,i", x[:3], x[3:]).reshape(1),
+        np.einsum("ij,jk->ik", np.reshape(x[:4], (2, 2)), np.reshape(x[2:], (2, 2))).ravel(),
+        np.einsum("ii->i", np.reshape(x[:4], (2, 2))), np.einsum("i,j", x[:2], x[4:]).ravel()]),
+    "tensordot": lambda x: np.concatenate([
+        np.tensordot(np.reshape(x, (2, 3)), _M, axes=([1], [1])).ravel(),
+        np.tensordot(np.reshape(x[:4], (2, 2)), np.reshape(x[2:], (2, 2)), axes=1).ravel(),
+        np.reshape(np.tensordot(x, x, axes=1), (1,))]),
     "copyto_put_fill_diagonal": _mutators,
     "median_block_ptp": lambda x: np.concatenate([
         np.reshape(np.median(x[:5] ** 2), (1,)),
@@ -372,7 +380,7 @@ def test_writing_through_a_view_or_reading_a_stale_view_is_refused():
 
 # --- errors and fallbacks -----------------------------------------------------------------------
 def test_op_without_a_rule_falls_back_to_dense_with_a_warning_or_raises_when_strict():
-    f = lambda x: np.sum(np.einsum("i,i->i", x[:2], x[2:4])) + np.sum(x[4:] ** 2)
+    f = lambda x: np.sum(np.einsum("...i,...i->...i", x[:2], x[2:4])) + np.sum(x[4:] ** 2)
     x = np.linspace(1, 2, 6)
     with pytest.warns(DenseFallbackWarning, match="einsum"):
         P = mp.hessian_sparsity(f, x).toarray()

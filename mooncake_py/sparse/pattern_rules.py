@@ -10,7 +10,8 @@ Four families cover most code:
   "depends on nothing", so zero fill comes out right);
 - **reductions and scans** (sum, prod, max, cumsum, sort, softmax, ...): a 0/1 matrix ``S`` that
   maps input elements to output elements, so the output's rows are ``S @ G``;
-- **matrix products** with constant or pattern operands.
+- **matrix products** with constant or pattern operands, and einsum/tensordot, which couple the
+  operands' elements met at every index assignment.
 
 ``np.max``/``np.min`` and ``np.sort`` are piecewise linear: like ``np.maximum`` in the derivative
 table (whose second derivative is ``"0"``) they add no Hessian pairs, which is exactly what
@@ -414,6 +415,102 @@ def _kron(trace, fn, args, kwargs):
     (m, n), (p, q) = np.shape(primal(a)), np.shape(primal(b))
     prod = np.multiply(np.reshape(a, (m, 1, n, 1)), np.reshape(b, (1, p, 1, q)))
     return np.reshape(prod, (m * p, n * q))
+
+
+# --- einsum and tensordot: every index assignment couples its operands' elements ------------
+_EINSUM_MAX_POINTS = 1 << 24
+
+
+def _einsum_spec(spec, n_ops):
+    """(input subscripts, output subscripts) of an explicit or implicit einsum without '...'."""
+    spec = spec.replace(" ", "")
+    if "..." in spec:
+        return None
+    ins, _, out = spec.partition("->")
+    ins = ins.split(",")
+    if len(ins) != n_ops:
+        return None
+    if "->" not in spec:
+        letters = "".join(ins)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return ins, out
+
+
+def _einsum(trace, fn, args, kwargs):
+    ops = args[1:]
+    parsed = _einsum_spec(args[0], len(ops)) if isinstance(args[0], str) else None
+    out = call_primal(fn, args, kwargs)
+    if parsed is None:
+        return dense_fallback(trace, fn, args, kwargs)
+    ins, outs = parsed
+    dims = {}
+    for sub, op in zip(ins, ops):
+        for c, d in zip(sub, np.shape(primal(op))):
+            dims[c] = d
+    letters = sorted(dims)
+    if np.prod([dims[c] for c in letters], dtype=np.int64) > _EINSUM_MAX_POINTS:
+        return dense_fallback(trace, fn, args, kwargs)
+    grid = dict(zip(letters, np.indices([dims[c] for c in letters], sparse=True)))
+    space = tuple(dims[c] for c in letters)
+
+    def position(sub, shape):  # flat index, at every point of the iteration space
+        pos, stride = np.zeros((1,) * len(letters), dtype=np.intp), 1
+        for c, d in zip(reversed(sub), reversed(shape)):
+            pos = pos + grid[c] * stride
+            stride *= d
+        return np.broadcast_to(pos, space).ravel()
+    pos = [position(sub, np.shape(primal(op))) for sub, op in zip(ins, ops)]
+    opos = position(outs, tuple(dims[c] for c in outs))
+    nonzero = [np.ones(len(opos), dtype=bool) if _is_ours(op, trace)
+               else (np.asarray(op) != 0).ravel()[p] for op, p in zip(ops, pos)]
+    ours = [k for k, op in enumerate(ops) if _is_ours(op, trace)]
+
+    def others(*skip):
+        m = np.ones(len(opos), dtype=bool)
+        for k, nz in enumerate(nonzero):
+            if k not in skip:
+                m &= nz
+        return m
+    parts = []
+    for k in ours:
+        m = others(k)
+        S = R.sparse().csr_matrix((np.ones(int(m.sum()), dtype=bool), (opos[m], pos[k][m])),
+                                  shape=(int(np.size(out)), int(np.size(primal(ops[k])))))
+        parts.append((S @ ops[k]._rows).tocsr())
+    for a in range(len(ours)):
+        for b in range(a + 1, len(ours)):
+            k, l = ours[a], ours[b]
+            m = others(k, l)
+            trace.add_pairs(ops[k]._rows[pos[k][m]], ops[l]._rows[pos[l][m]])
+    return trace.wrap(out, R.union(parts))
+
+
+PATTERN_RULES[np.einsum] = _einsum
+
+
+@pattern_rule(np.tensordot)
+def _tensordot(trace, fn, args, kwargs):
+    a, b = args[:2]
+    axes = _arg(args, kwargs, 2, "axes", 2)
+    na, nb = np.ndim(primal(a)), np.ndim(primal(b))
+    if isinstance(axes, (int, np.integer)):
+        ax_a, ax_b = list(range(na - axes, na)), list(range(axes))
+    else:
+        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
+                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
+    ax_a, ax_b = [i % na for i in ax_a], [i % nb for i in ax_b]
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    sa = [next(letters) for _ in range(na)]
+    sb = [next(letters) for _ in range(nb)]
+    for i, j in zip(ax_a, ax_b):
+        sb[j] = sa[i]
+    out = [c for i, c in enumerate(sa) if i not in ax_a] + \
+        [c for j, c in enumerate(sb) if j not in ax_b]
+    return _einsum(trace, np.einsum,
+                   ("".join(sa) + "," + "".join(sb) + "->" + "".join(out), a, b), {})
+
+
+PATTERN_RULES[np.linalg.tensordot] = _tensordot
 
 
 # --- dense by nature: no warning, since dense dependence is the right answer ------------------
