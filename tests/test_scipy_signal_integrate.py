@@ -135,6 +135,14 @@ def test_integrate_axes_and_nd_x(fn):
     test_rule(lambda y: fn(y, axis=1), rand(2, 6, 2))
 
 
+def test_integrate_lists_of_tracked_samples():
+    x = [0.0, 0.5, 1.5, 2.0]
+    for fn in (integrate.trapezoid, integrate.simpson):
+        f = lambda t: fn([t, t ** 2, np.sin(t), 1.0], x=x)  # noqa: E731
+        test_rule(f, 0.7)
+        assert np.isclose(f(0.7), fn([0.7, 0.49, np.sin(0.7), 1.0], x=x))
+
+
 def test_cumulative_trapezoid_initial():
     test_rule(lambda y: integrate.cumulative_trapezoid(y, initial=0), rand(5))
     with pytest.raises(ValueError, match="initial"):

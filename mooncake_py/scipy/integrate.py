@@ -31,6 +31,13 @@ def _si():
     return _integrate[0]
 
 
+def _arr(v):
+    """A list or tuple of samples (plain numbers or tracked scalars) as one array."""
+    if isinstance(v, (list, tuple)):
+        return np.stack([np.asarray(e) if np.isscalar(e) else e for e in v])
+    return v
+
+
 def _at(nd, axis, index):
     """An index tuple that applies ``index`` on ``axis`` and takes everything elsewhere."""
     sl = [slice(None)] * nd
@@ -74,6 +81,7 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
 
 @composite(trapezoid)
 def _trapezoid(y, x=None, dx=1.0, axis=-1):
+    y, x = _arr(y), _arr(x)
     nd = len(shape_of(y))
     if x is not None and 1 < len(shape_of(x)):
         x = np.broadcast_to(x, shape_of(y))
@@ -98,6 +106,7 @@ def cumulative_trapezoid(y, x=None, dx=1.0, axis=-1, initial=None):
 
 @composite(cumulative_trapezoid)
 def _cumulative_trapezoid(y, x=None, dx=1.0, axis=-1, initial=None):
+    y, x = _arr(y), _arr(x)
     nd = len(shape_of(y))
     if shape_of(y)[axis] == 0:
         raise ValueError("At least one point is required along `axis`.")
@@ -149,6 +158,7 @@ def _basic_simpson(y, start, stop, x, dx, axis):
 
 
 def _simpson(y, x=None, *, dx=1.0, axis=-1):
+    y, x = _arr(y), _arr(x)
     nd = len(shape_of(y))
     n = shape_of(y)[axis]
     if x is not None:
