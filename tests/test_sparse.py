@@ -258,6 +258,10 @@ VECTOR_CASES = {
         np.einsum("ij,j->i", _M, x[:3]), np.einsum("i,i", x[:3], x[3:]).reshape(1),
         np.einsum("ij,jk->ik", np.reshape(x[:4], (2, 2)), np.reshape(x[2:], (2, 2))).ravel(),
         np.einsum("ii->i", np.reshape(x[:4], (2, 2))), np.einsum("i,j", x[:2], x[4:]).ravel()]),
+    "batched_matmul": lambda x: np.concatenate([
+        (np.reshape(x, (3, 1, 2)) @ np.reshape(x[:4], (2, 2))).ravel(),
+        (np.reshape(x[:4], (2, 1, 2)) @ np.reshape(x[2:], (2, 2, 1))).ravel(),
+        (x[:2] @ np.ones((3, 2, 2))).ravel()]),
     "tensordot": lambda x: np.concatenate([
         np.tensordot(np.reshape(x, (2, 3)), _M, axes=([1], [1])).ravel(),
         np.tensordot(np.reshape(x[:4], (2, 2)), np.reshape(x[2:], (2, 2)), axes=1).ravel(),
@@ -304,6 +308,7 @@ VECTOR_CASES = {
 }
 
 
+@pytest.mark.filterwarnings("error::mooncake_py.sparse.DenseFallbackWarning")
 @pytest.mark.parametrize("name", sorted(VECTOR_CASES))
 def test_pattern_rule_cases_match_the_dense_jacobian(name):
     f = VECTOR_CASES[name]
@@ -311,6 +316,7 @@ def test_pattern_rule_cases_match_the_dense_jacobian(name):
     _check_jacobian(f, x)
 
 
+@pytest.mark.filterwarnings("error::mooncake_py.sparse.DenseFallbackWarning")
 @pytest.mark.parametrize("name", sorted(VECTOR_CASES))
 def test_pattern_rule_cases_match_the_dense_hessian(name):
     f = VECTOR_CASES[name]

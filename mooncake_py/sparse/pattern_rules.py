@@ -369,11 +369,22 @@ def _as2d(x, left):
 def _matmul(trace, fn, args, kwargs):
     A, B = args[:2]
     out = call_primal(fn, args, kwargs)
-    if np.ndim(primal(A)) > 2 or np.ndim(primal(B)) > 2 or kwargs:
+    if kwargs:
         return dense_fallback(trace, fn, args, kwargs)
+    if np.ndim(primal(A)) > 2 or np.ndim(primal(B)) > 2:
+        return np.reshape(_batched_matmul(trace, _as2d(A, True), _as2d(B, False)), np.shape(out))
     r = _matmul2(trace, _as2d(A, True), _as2d(B, False),
                  np.reshape(out, (np.shape(primal(_as2d(A, True)))[0], -1)))
     return np.reshape(r, np.shape(out)) if type(r) is PatternArray else r
+
+
+def _batched_matmul(trace, A, B):
+    """``A @ B`` with batch axes: both broadcast to the common batch shape, then an einsum."""
+    sa, sb = np.shape(primal(A)), np.shape(primal(B))
+    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    A, B = np.broadcast_to(A, batch + sa[-2:]), np.broadcast_to(B, batch + sb[-2:])
+    lead = "abcdefghijklmnopqrstuvw"[:len(batch)]
+    return _einsum(trace, np.einsum, (f"{lead}xy,{lead}yz->{lead}xz", A, B), {})
 
 
 PATTERN_RULES[np.linalg.matmul] = _matmul
