@@ -395,6 +395,8 @@ def _dot(trace, fn, args, kwargs):
     A, B = args[:2]
     if np.ndim(primal(A)) == 0 or np.ndim(primal(B)) == 0:
         return np.multiply(A, B)
+    if np.ndim(primal(A)) > 2 or np.ndim(primal(B)) > 2:  # not matmul's batching
+        return dense_fallback(trace, fn, args, kwargs)
     return _matmul(trace, np.matmul, args, kwargs)
 
 
