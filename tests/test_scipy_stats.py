@@ -70,6 +70,7 @@ UNIVARIATE = [  # name, shape-parameter grids
     ("logistic", []),
     ("chi2", [[-1.0, 0.0, 0.5, 2.0, 7.0]]),
     ("weibull_min", [[-1.0, 0.0, 0.5, 1.0, 3.0]]),
+    ("truncnorm", [[-INF, -2.0, 0.5, 1.0], [-1.0, 0.7, 3.0, INF]]),
 ]
 METHODS = ["logpdf", "pdf", "logcdf", "cdf", "logsf", "sf"]
 
@@ -168,6 +169,13 @@ RULES = [  # (id, function of float arguments, arguments)
     ("nbinom.logcdf", lambda p: stats.nbinom.logcdf(np.arange(12), 2.5, p), (0.4,)),
     ("geom.logpmf", lambda p: stats.geom.logpmf(np.arange(1, 6), p), (0.3,)),
     ("geom.cdf", lambda p: stats.geom.cdf(np.arange(1, 6), p), (0.3,)),
+    ("truncnorm.logpdf", lambda x, a, b, m, s: stats.truncnorm.logpdf(x, a, b, m, s),
+     (X / 3, -1.5, 2.0, 0.1, 1.2)),
+    ("truncnorm.left", lambda x, b: stats.truncnorm.logpdf(x, -INF, b), (X - 3.1, -0.5)),
+    ("truncnorm.right", lambda x, a: stats.truncnorm.logpdf(x, a, INF), (X + 2.1, 0.5)),
+    ("truncnorm.logcdf", lambda x, a, b: stats.truncnorm.logcdf(x, a, b), (X / 3, -1.5, 2.0)),
+    ("truncnorm.logsf", lambda x, a, b: stats.truncnorm.logsf(x, a, b), (X / 3, -1.5, 2.0)),
+    ("truncnorm.cdf", lambda x, a: stats.truncnorm.cdf(x, a, INF), (POS + 0.1, 0.2)),
     ("poisson.logpmf", lambda mu: stats.poisson.logpmf(np.arange(6), mu), (2.3,)),
     ("poisson.pmf", lambda mu: stats.poisson.pmf(np.arange(6), mu), (2.3,)),
     ("poisson.cdf", lambda mu: stats.poisson.cdf(np.arange(6) + 0.5, mu), (2.3,)),
@@ -400,6 +408,7 @@ MASKED = [  # functions of x whose masks or branches see out-of-range values som
     lambda x: stats.cauchy.logpdf(x, 0.0, 0.1),
     lambda x: stats.t.logpdf(x[:, None], np.array([2.0, np.inf])),
     lambda x: stats.gamma.logpdf(x, 2.5),
+    lambda x: stats.truncnorm.logcdf(x, np.array([[-INF], [0.3]]), np.array([[1.0], [INF]])),
     lambda x: stats.invgamma.logpdf(x, 2.5),
 ]
 

@@ -25,11 +25,11 @@ Example:
 """
 from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, uniform, expon,
                           poisson, binom, bernoulli)
-from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, nbinom,
-                    geom)
+from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, truncnorm,
+                    nbinom, geom)
 from ._multivariate import multivariate_normal, multivariate_t, dirichlet, multinomial
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
-           "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min",
+           "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min", "truncnorm",
            "poisson", "binom", "bernoulli", "nbinom", "geom",
            "multivariate_normal", "multivariate_t", "dirichlet", "multinomial"]

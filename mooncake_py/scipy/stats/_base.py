@@ -180,16 +180,27 @@ class Univariate(Distribution):
     def _shape_ok(self, name, v):
         return v > 0
 
-    def _params(self, method, args, kwds):
-        names = self._shape_names + ("loc", "scale")
-        vals = bind(f"{self.name}.{method}", names, {"loc": 0, "scale": 1}, args, kwds)
-        *shapes, loc, scale = vals
+    def _shapes_ok(self, shapes):
+        """Per-parameter checks, with a safe value for each failing one; a subclass whose
+        check involves several parameters at once overrides this."""
         valid = True
         safe = []
         for n, s in zip(self._shape_names, shapes):
             s, ok = checked(s, self._shape_ok(n, s), 1.0)
             safe.append(s)
             valid = valid & ok
+        return safe, valid
+
+    def _support_of(self, shapes):
+        """(lo, hi, a point strictly inside) in standard coordinates."""
+        lo, hi = self._std_support
+        return lo, hi, self._safe_z
+
+    def _params(self, method, args, kwds):
+        names = self._shape_names + ("loc", "scale")
+        vals = bind(f"{self.name}.{method}", names, {"loc": 0, "scale": 1}, args, kwds)
+        *shapes, loc, scale = vals
+        safe, valid = self._shapes_ok(shapes)
         scale, ok = checked(scale, scale > 0, 1.0)
         return safe, loc, scale, valid & ok
 
@@ -197,12 +208,12 @@ class Univariate(Distribution):
         shapes, loc, scale, valid = self._params(method, args, kwds)
         z = (arr(x) - loc) / scale
         shapes = as_dtype_of(z, shapes)
-        lo, hi = self._std_support
+        lo, hi, safe_z = self._support_of(shapes)
         if self._open_density:
             inside = (z > lo) & (z < hi) & valid
         else:
             inside = (z >= lo) & (z <= hi) & valid
-        zs = masked(inside, z, self._safe_z)
+        zs = masked(inside, z, safe_z)
         if method == "logpdf":
             val, fill = self._logpdf(zs, *shapes) - log(scale), -INF
         else:
@@ -215,9 +226,9 @@ class Univariate(Distribution):
         shapes, loc, scale, valid = self._params(method, args, kwds)
         z = (arr(x) - loc) / scale
         shapes = as_dtype_of(z, shapes)
-        lo, hi = self._std_support
+        lo, hi, safe_z = self._support_of(shapes)
         inside = (z > lo) & (z < hi) & valid
-        zs = masked(inside, z, self._safe_z)
+        zs = masked(inside, z, safe_z)
         # the value at or beyond the support's end: cdf 1 above it, sf 1 below it
         full = ((z >= hi) if method in ("cdf", "logcdf") else (z <= lo)) & valid
         val = getattr(self, "_" + method)(zs, *shapes)
