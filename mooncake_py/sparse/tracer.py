@@ -42,13 +42,13 @@ class Trace:
     ``strict=True`` makes an op with no pattern rule raise :class:`MissingRuleError` instead of
     falling back to dense dependence with a :class:`DenseFallbackWarning`.
     """
-    __slots__ = ("level", "n", "strict", "left", "right", "writes", "last_write")
+    __slots__ = ("level", "n", "strict", "sym", "left", "right", "writes", "last_write")
 
     def __init__(self, n, strict=False):
         self.level = new_level()
         self.n = n
         self.strict = strict
-        self.left, self.right = [], []
+        self.sym, self.left, self.right = [], [], []
         self.writes = 0
         self.last_write = {}
 
@@ -56,18 +56,25 @@ class Trace:
         """Record that the second derivative couples every input of row ``L[r]`` with every input
         of row ``Rm[r]`` (for each r); the Hessian pattern gains ``Lᵀ·Rm`` and its transpose."""
         if L.nnz and Rm.nnz:
-            self.left.append(L)
-            self.right.append(Rm)
+            if L is Rm:  # a pure term: LᵀL is symmetric already
+                self.sym.append(L)
+            else:
+                self.left.append(L)
+                self.right.append(Rm)
 
     def hessian_pattern(self):
         """The accumulated symmetric ``(n, n)`` boolean CSR pattern, canonical (sorted indices)."""
         sp = R.sparse()
-        if not self.left:
-            return sp.csr_matrix((self.n, self.n), dtype=bool)
-        L = sp.vstack(self.left, format="csr")
-        Rm = sp.vstack(self.right, format="csr")
-        A = (L.T @ Rm).tocsr()
-        H = (A + A.T).tocsr()
+        H = sp.csr_matrix((self.n, self.n), dtype=bool)
+        if self.sym:
+            S = sp.vstack(self.sym, format="csr")
+            H = H + (S.T.tocsr() @ S)
+        if self.left:
+            L = sp.vstack(self.left, format="csr")
+            Rm = sp.vstack(self.right, format="csr")
+            A = (L.T.tocsr() @ Rm).tocsr()
+            H = H + A + A.T.tocsr()
+        H = H.tocsr()
         H.sum_duplicates()
         H.sort_indices()
         return H
