@@ -536,3 +536,18 @@ def test_benchmark_runs_and_checks_against_dense():
     assert {r["problem"] for r in rows} == set(PROBLEMS)
     for r in rows:
         assert r["max_abs_diff"] < 1e-9 and r["colors"] >= 2 and r["sparse_mem"] > 0
+
+
+def test_detection_runs_through_a_nested_gradient_and_matrix_inputs():
+    g = lambda x: np.sum((x[1:] - x[:-1] ** 2) ** 2)
+    x = np.linspace(0, 1, 6)
+    # the Jacobian of the gradient is the Hessian: a tape inside f records pattern values
+    np.testing.assert_array_equal(mp.jacobian_sparsity(mp.grad(g), x).toarray(),
+                                  mp.hessian_sparsity(g, x).toarray())
+    np.testing.assert_allclose(mp.sparse_jacobian(mp.grad(g))(x).toarray(), mp.hessian(g)(x),
+                               atol=1e-12)
+    X = np.linspace(0, 1, 12).reshape(3, 4)
+    f = lambda X: np.sum(np.sin(X[:, 1:] * X[:, :-1])) + np.sum(X.T @ X)
+    H = mp.sparse_hessian(f)(X)
+    assert H.shape == (12, 12)
+    np.testing.assert_allclose(H.toarray(), mp.hessian(f)(X).reshape(12, 12), atol=1e-12)
