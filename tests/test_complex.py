@@ -172,7 +172,8 @@ CASES = [
     (np.linalg.inv, (A,)), (np.linalg.det, (A,)), (_slogdet, (A,)),
     (np.reshape, (Z, (2, 6))), (np.transpose, (ZS,)), (lambda z: z[1:, ::2], (Z,)),
     (lambda z: z[[0, 2, 0]], (Z,)), (lambda a, b: np.concatenate([a, b]), (Z, X)),
-    (lambda a, b: np.stack([a, b], axis=-1), (Z, X)), (lambda z: np.where(np.real(z) > 0, z, 0), (Z,)),
+    (lambda a, b: np.stack([a, b], axis=-1), (Z, X)),
+    (lambda z: np.where(np.real(z) > 0, z, 0), (Z,)),
     (lambda z: np.broadcast_to(z, (2, 4)), (W,)),
 ]
 

@@ -31,7 +31,8 @@ for _norm in (None, "ortho", "forward"):
         (F.irfft, Z, _k), (F.irfft, Z, dict(_k, n=7)), (F.irfft, X, _k),
         (F.fftn, Z, _k), (F.ifftn, Z, dict(_k, s=(4, 4), axes=(0, 1))), (F.rfftn, X5, _k),
         (F.irfftn, Z, _k), (F.irfft2, Z, _k), (F.hfft, Z, _k), (F.ihfft, X, _k)]
-CASES += [(F.rfft, X, dict(n=4)), (F.irfft, Z, dict(n=4, axis=0)), (F.rfftn, X, dict(s=(2, 7), axes=(0, 1))),
+CASES += [(F.rfft, X, dict(n=4)), (F.irfft, Z, dict(n=4, axis=0)),
+          (F.rfftn, X, dict(s=(2, 7), axes=(0, 1))),
           (F.irfftn, Z, dict(s=(4, 5), axes=(0, 1))), (F.fftn, Z, dict(axes=(0,))), (F.fft2, Z, {}),
           (F.ifft2, Z, dict(s=(2, 8))), (F.rfft2, X5, {}), (F.fftshift, Z, {}),
           (F.ifftshift, X5, dict(axes=0)), (F.fftshift, X5, dict(axes=(1,)))]
