@@ -2,16 +2,17 @@
 
 ``from scipy import stats`` becomes ``from mooncake_py.scipy import stats``. On plain arrays
 every call goes straight to SciPy. On tracked or dual values (inside ``mp.grad``, ``mp.jvp``,
-``mp.hvp``, ...) ``logpdf``/``pdf``/``logcdf``/``cdf`` (``logpmf``/``pmf`` for discrete
-distributions) are computed by compositions of ruled ``np.``/scipy.special calls that follow
-SciPy's own formulas, so values agree with SciPy's and gradients, HVPs and Hessians flow in the
-variate and every parameter. Out-of-support values give -inf (log-density) or 0 like SciPy,
+``mp.hvp``, ...) ``logpdf``/``pdf``/``logcdf``/``cdf``/``logsf``/``sf`` (``logpmf``/``pmf``/
+``logcdf``/``cdf`` for discrete distributions) are computed by compositions of ruled
+``np.``/scipy.special calls that follow SciPy's own formulas, so values agree with SciPy's and
+gradients, HVPs and Hessians flow in the variate and every parameter. Out-of-support values give -inf (log-density) or 0 like SciPy,
 invalid parameters nan. Frozen distributions (``stats.norm(loc, scale)``) work too.
 
 Derivatives with no practical closed form raise MissingRuleError naming the function and the
 parameter: the CDFs (and sf, logcdf, logsf) of ``gamma``/``invgamma`` in ``a``, ``chi2`` and
-``t`` in ``df``, ``beta`` in ``a``/``b``, ``nbinom`` in ``n``; ``binom`` in its count ``n``. Other methods (``rvs``, ``ppf``, ``sf``, ``mean``, ...) forward to SciPy
-on plain arrays and raise MissingRuleError on tracked ones. See docs/scipy_stats.md.
+``t`` in ``df``, ``beta`` in ``a``/``b``, ``nbinom`` in ``n``; ``binom`` in its count ``n``.
+Other methods (``rvs``, ``ppf``, ``mean``, ``entropy``, ...) forward to SciPy on plain arrays
+and raise MissingRuleError on tracked ones. See docs/scipy_stats.md.
 
 Example:
     >>> import numpy as np, mooncake_py as mp

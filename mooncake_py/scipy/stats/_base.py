@@ -270,37 +270,79 @@ class Univariate(Distribution):
 
     def logpdf(self, x, *args, **kwds):
         """Log of the probability density at ``x``; SciPy's signature (shape parameters
-        positional or by name, then ``loc``, ``scale``)."""
+        positional or by name, then ``loc``, ``scale``).
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda a: stats.gamma.logpdf(2.0, a, scale=2.0))(1.0))   # -digamma(1)
+            0.5772156649015329
+        """
         if not tracked(x, args, kwds):
             return self.scipy.logpdf(x, *args, **kwds)
         return self._density("logpdf", x, args, kwds)
 
     def pdf(self, x, *args, **kwds):
-        """Probability density at ``x``; SciPy's signature."""
+        """Probability density at ``x``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda x: stats.norm.pdf(x))(1.0))   # -x·φ(x)
+            -0.24197072451914337
+        """
         if not tracked(x, args, kwds):
             return self.scipy.pdf(x, *args, **kwds)
         return self._density("pdf", x, args, kwds)
 
     def cdf(self, x, *args, **kwds):
-        """Cumulative distribution function at ``x``; SciPy's signature."""
+        """Cumulative distribution function at ``x``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda x: stats.expon.cdf(x))(1.0))   # the density e^-x
+            0.36787944117144233
+        """
         if not tracked(x, args, kwds):
             return self.scipy.cdf(x, *args, **kwds)
         return self._cumulative("cdf", x, args, kwds)
 
     def logcdf(self, x, *args, **kwds):
-        """Log of the cumulative distribution function at ``x``; SciPy's signature."""
+        """Log of the cumulative distribution function at ``x``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda x: stats.logistic.logcdf(x))(0.0))
+            0.5
+        """
         if not tracked(x, args, kwds):
             return self.scipy.logcdf(x, *args, **kwds)
         return self._cumulative("logcdf", x, args, kwds)
 
     def sf(self, x, *args, **kwds):
-        """Survival function ``1 - cdf`` at ``x``; SciPy's signature."""
+        """Survival function ``1 - cdf`` at ``x``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda x: stats.expon.sf(x))(1.0))
+            -0.36787944117144233
+        """
         if not tracked(x, args, kwds):
             return self.scipy.sf(x, *args, **kwds)
         return self._cumulative("sf", x, args, kwds)
 
     def logsf(self, x, *args, **kwds):
-        """Log of the survival function at ``x``; SciPy's signature."""
+        """Log of the survival function at ``x``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda s: stats.expon.logsf(3.0, scale=s))(1.5))   # x/s²
+            1.3333333333333333
+        """
         if not tracked(x, args, kwds):
             return self.scipy.logsf(x, *args, **kwds)
         return self._cumulative("logsf", x, args, kwds)
@@ -366,25 +408,53 @@ class Discrete(Distribution):
 
     def logpmf(self, k, *args, **kwds):
         """Log of the probability mass at ``k``; SciPy's signature (shape parameters, then
-        ``loc``)."""
+        ``loc``).
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda mu: stats.poisson.logpmf(4, mu))(2.0))   # k/mu - 1
+            1.0
+        """
         if not tracked(k, args, kwds):
             return self.scipy.logpmf(k, *args, **kwds)
         return self._mass("logpmf", k, args, kwds)
 
     def pmf(self, k, *args, **kwds):
-        """Probability mass at ``k``; SciPy's signature."""
+        """Probability mass at ``k``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda p: stats.bernoulli.pmf(1, p))(0.3))
+            1.0
+        """
         if not tracked(k, args, kwds):
             return self.scipy.pmf(k, *args, **kwds)
         return self._mass("pmf", k, args, kwds)
 
     def cdf(self, k, *args, **kwds):
-        """Cumulative distribution function at ``k``; SciPy's signature."""
+        """Cumulative distribution function at ``k``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda p: stats.bernoulli.cdf(0, p))(0.3))   # d(1 - p)/dp
+            -1.0
+        """
         if not tracked(k, args, kwds):
             return self.scipy.cdf(k, *args, **kwds)
         return self._cumulative("cdf", k, args, kwds)
 
     def logcdf(self, k, *args, **kwds):
-        """Log of the cumulative distribution function at ``k``; SciPy's signature."""
+        """Log of the cumulative distribution function at ``k``; SciPy's signature.
+
+        Example:
+            >>> import mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> float(mp.grad(lambda p: stats.bernoulli.logcdf(0, p))(0.5))   # -1/(1 - p)
+            -2.0
+        """
         if not tracked(k, args, kwds):
             return self.scipy.logcdf(k, *args, **kwds)
         return self._cumulative("logcdf", k, args, kwds)

@@ -150,7 +150,15 @@ class multivariate_normal_gen(Distribution):
                                    seed)
 
     def logpdf(self, x, mean=None, cov=1, allow_singular=False):
-        """Log-density at ``x`` (last axis: the dimension); SciPy's signature."""
+        """Log-density at ``x`` (last axis: the dimension); SciPy's signature.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> f = lambda s: stats.multivariate_normal.logpdf([1.0, 1.0], np.zeros(2), s)
+            >>> float(mp.grad(f)(1.0))   # cov = s·I: -d/(2s) + |x|²/(2s²)
+            0.0
+        """
         if not tracked(x, mean, cov):
             return self.scipy.logpdf(x, mean, cov, allow_singular)
         dim, mean, cov = _params(mean, cov, "mean", "cov")
@@ -160,7 +168,15 @@ class multivariate_normal_gen(Distribution):
         return _squeeze(-0.5 * (dim * LOG_2PI + logdet + maha))
 
     def pdf(self, x, mean=None, cov=1, allow_singular=False):
-        """Density at ``x``; SciPy's signature."""
+        """Density at ``x``; SciPy's signature.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> f = lambda m: stats.multivariate_normal.pdf([0.0, 0.0], m)
+            >>> mp.grad(f)(np.zeros(2))   # the peak
+            array([0., 0.])
+        """
         if not tracked(x, mean, cov):
             return self.scipy.pdf(x, mean, cov, allow_singular)
         return np.exp(self.logpdf(x, mean, cov, allow_singular))
@@ -205,13 +221,28 @@ class multivariate_t_gen(Distribution):
         return _squeeze(out)
 
     def logpdf(self, x, loc=None, shape=1, df=1):
-        """Log-density at ``x``; SciPy's signature."""
+        """Log-density at ``x``; SciPy's signature.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> mp.grad(lambda l: stats.multivariate_t.logpdf([0.0, 0.0], l, df=3.0))(np.zeros(2))
+            array([0., 0.])
+        """
         if not tracked(x, loc, shape, df):
             return self.scipy.logpdf(x, loc, shape, df)
         return self._logpdf(x, loc, shape, df, False)
 
     def pdf(self, x, loc=None, shape=1, df=1, allow_singular=False):
-        """Density at ``x``; SciPy's signature."""
+        """Density at ``x``; SciPy's signature.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> g = mp.grad(lambda x: stats.multivariate_t.pdf(x, np.zeros(2), df=3.0))(np.zeros(2))
+            >>> bool(np.allclose(g, 0.0))
+            True
+        """
         if not tracked(x, loc, shape, df):
             return self.scipy.pdf(x, loc, shape, df, allow_singular)
         return np.exp(self._logpdf(x, loc, shape, df, allow_singular))
@@ -271,13 +302,29 @@ class dirichlet_gen(Distribution):
         return _squeeze(-lnb + np.sum(sc.xlogy(am1, x), axis=0))
 
     def logpdf(self, x, alpha):
-        """Log-density at ``x``; SciPy's signature and axis convention."""
+        """Log-density at ``x``; SciPy's signature and axis convention.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> f = lambda x: stats.dirichlet.logpdf(x, [2.0, 2.0, 2.0])   # K - 1 components
+            >>> mp.grad(f)(np.full(2, 0.25))   # 1/x_i - 1/(1 - x_1 - x_2)
+            array([2., 2.])
+        """
         if not tracked(x, alpha):
             return self.scipy.logpdf(x, alpha)
         return self._logpdf(x, alpha)
 
     def pdf(self, x, alpha):
-        """Density at ``x``; SciPy's signature and axis convention."""
+        """Density at ``x``; SciPy's signature and axis convention.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> x = np.array([0.2, 0.3, 0.5])
+            >>> round(float(mp.grad(lambda a: stats.dirichlet.pdf(x, a))(np.ones(3))[2]), 6)
+            1.613706
+        """
         if not tracked(x, alpha):
             return self.scipy.pdf(x, alpha)
         return np.exp(self._logpdf(x, alpha))
@@ -340,13 +387,27 @@ class multinomial_gen(Distribution):
         return np.where(bad_np, np.nan, out) if np.any(bad_np) else out
 
     def logpmf(self, x, n, p):
-        """Log of the probability mass at the counts ``x``; SciPy's signature."""
+        """Log of the probability mass at the counts ``x``; SciPy's signature.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> mp.grad(lambda p: stats.multinomial.logpmf([2, 2], 4, p))(np.array([0.5, 0.5]))
+            array([4., 4.])
+        """
         if not tracked(x, n, p):
             return self.scipy.logpmf(x, n, p)
         return self._logpmf(x, n, p)
 
     def pmf(self, x, n, p):
-        """Probability mass at the counts ``x``; SciPy's signature."""
+        """Probability mass at the counts ``x``; SciPy's signature.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> mp.grad(lambda p: stats.multinomial.pmf([1, 0], 1, p))(np.array([0.5, 0.5]))
+            array([1., 0.])
+        """
         if not tracked(x, n, p):
             return self.scipy.pmf(x, n, p)
         return np.exp(self._logpmf(x, n, p))
