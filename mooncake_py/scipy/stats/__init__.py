@@ -5,8 +5,9 @@ every call goes straight to SciPy. On tracked or dual values (inside ``mp.grad``
 ``mp.hvp``, ...) ``logpdf``/``pdf``/``logcdf``/``cdf``/``logsf``/``sf`` (``logpmf``/``pmf``/
 ``logcdf``/``cdf`` for discrete distributions) are computed by compositions of ruled
 ``np.``/scipy.special calls that follow SciPy's own formulas, so values agree with SciPy's and
-gradients, HVPs and Hessians flow in the variate and every parameter. Out-of-support values give -inf (log-density) or 0 like SciPy,
-invalid parameters nan. Frozen distributions (``stats.norm(loc, scale)``) work too.
+gradients, HVPs and Hessians flow in the variate and every parameter. Out-of-support values
+give -inf (log-density) or 0 like SciPy, invalid parameters nan. Frozen distributions
+(``stats.norm(loc, scale)``) work too.
 
 Derivatives with no practical closed form raise MissingRuleError naming the function and the
 parameter: the CDFs (and sf, logcdf, logsf) of ``gamma``/``invgamma`` in ``a``, ``chi2`` and
