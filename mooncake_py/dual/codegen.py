@@ -516,7 +516,7 @@ C_MISSING = frozenset({"digamma", "trigamma", "tetragamma", "ndtr", "log_ndtr", 
 C_MATH = frozenset({"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "cbrt",
                     "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2", "asinh", "acosh",
                     "atanh", "floor", "trunc", "fabs", "pow", "hypot", "fmod", "fmax", "fmin",
-                    "erf", "erfc", "lgamma"})
+                    "erf", "erfc", "lgamma", "j0", "j1", "y0", "y1"})
 
 
 _HAS_CUDA = {}
@@ -530,7 +530,7 @@ def has_cuda(entry):
     Example:
         >>> from mooncake_py.rules.derivative_table import TABLE, load_scipy
         >>> _ = load_scipy()
-        >>> has_cuda(TABLE["tanh"]), has_cuda(TABLE["psi"]), has_cuda(TABLE["j0"])
+        >>> has_cuda(TABLE["tanh"]), has_cuda(TABLE["j0"]), has_cuda(TABLE["jv"])
         (True, True, False)
     """
     ok = _HAS_CUDA.get(entry)

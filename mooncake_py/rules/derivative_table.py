@@ -304,10 +304,13 @@ def _scipy_section(sps):
            ["0.5*(y+ive(2,a))-2*sign(a)*i1e(a)+sign(a)*sign(a)*y"])
     _entry(sps.i1e, "i1e(a)", ["0.5*(i0e(a)+ive(2,a))-sign(a)*y"],
            ["0.75*y+0.25*ive(3,a)-sign(a)*(i0e(a)+ive(2,a))+sign(a)*sign(a)*y"])
-    _entry(sps.j0, "j0(a)", ["-j1(a)"], ["0.5*(jv(2,a)-y)"])
-    _entry(sps.j1, "j1(a)", ["0.5*(j0(a)-jv(2,a))"], ["0.25*(jv(3,a)-3*y)"])
-    _entry(sps.y0, "y0(a)", ["-y1(a)"], ["0.5*(yv(2,a)-y)"])
-    _entry(sps.y1, "y1(a)", ["0.5*(y0(a)-yv(2,a))"], ["0.25*(yv(3,a)-3*y)"])
+    # J1' = J0 - J1/a (1/2 at 0) and Bessel's equation for the second derivatives keep these
+    # four in CUDA's math library (j0 j1 y0 y1), so they get GPU kernels
+    _entry(sps.j0, "j0(a)", ["-j1(a)"], ["select(a==0, 0.5, j1(a)/select(a==0, 1, a))-y"])
+    _entry(sps.j1, "j1(a)", ["j0(a)-select(a==0, 0.5, y/select(a==0, 1, a))"],
+           ["select(a==0, 0, (2*y/select(a==0, 1, a)-j0(a))/select(a==0, 1, a))-y"])
+    _entry(sps.y0, "y0(a)", ["-y1(a)"], ["y1(a)/a-y"])
+    _entry(sps.y1, "y1(a)", ["y0(a)-y/a"], ["(2*y/a-y0(a))/a-y"])
 
     # --- binary: ufunc, value, (∂y/∂a, ∂y/∂b), (∂²y/∂a², ∂²y/∂a∂b, ∂²y/∂b²)
     _entry(sps.xlogy, "xlogy(a,b)", ["log(b)", "select(a==0, 0.0, a/b)"], ["0", "1/b", "-a/(b*b)"])
