@@ -56,7 +56,8 @@ HOLOMORPHIC.update([
     np.sum, np.mean, np.prod, np.cumsum, np.cumprod, np.nansum, np.nanmean, np.nancumsum,
     np.nanprod, np.nancumprod,
     (np.add, "reduce"), (np.add, "accumulate"), (np.multiply, "reduce"),
-    (np.multiply, "accumulate"), ew_pullback])
+    (np.multiply, "accumulate"), ew_pullback,
+    np.diff, np.trapezoid, np.polyval, np.cross, np.linspace])
 for _name in ("matmul", "outer", "tensordot", "trace"):
     if hasattr(np.linalg, _name):
         HOLOMORPHIC.add(getattr(np.linalg, _name))
