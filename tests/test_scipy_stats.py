@@ -266,6 +266,23 @@ def test_frozen_distributions():
                 np.array([0.1, -0.2]))
 
 
+def test_keyword_calls_match_scipy():
+    x = np.linspace(-1.0, 3.0, 5)
+    cases = [("t", "logpdf", dict(x=x, df=3.0, loc=0.5, scale=2.0)),
+             ("gamma", "cdf", dict(x=x + 1.5, a=2.0, scale=0.5)),
+             ("beta", "logpdf", dict(x=np.linspace(0.1, 0.9, 5), b=2.0, a=0.7)),
+             ("poisson", "logpmf", dict(k=np.arange(5), mu=1.5, loc=1)),
+             ("multivariate_normal", "logpdf", dict(x=np.ones((2, 3)), cov=np.eye(3) * 2.0,
+                                                    mean=np.zeros(3)))]
+    for name, method, kw in cases:
+        want = getattr(getattr(ss, name), method)(**kw)
+        var = "k" if "k" in kw else "x"
+        v = np.asarray(kw.pop(var), dtype=float)
+        got, _ = mp.jvp(lambda u: getattr(getattr(stats, name), method)(**{var: u}, **kw), (v,),
+                        (np.zeros_like(v),))
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_signature_errors():
     with pytest.raises(TypeError, match="missing"):
         mp.grad(lambda x: stats.gamma.logpdf(x))(1.0)
