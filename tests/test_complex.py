@@ -258,7 +258,9 @@ def _ok():
     lambda z: np.var(z),
     lambda z: np.real(np.sum(np.linalg.cholesky(np.outer(z, np.conj(z)) + 3 * np.eye(3)))),
     lambda z: np.real(np.max(z)),
-], ids=["maximum", "sign", "norm", "var", "cholesky", "max"])
+    lambda z: np.sum(np.real(np.gradient(z))),
+    lambda z: np.sum(np.real(np.nan_to_num(z))),
+], ids=["maximum", "sign", "norm", "var", "cholesky", "max", "gradient", "nan_to_num"])
 def test_functions_without_complex_rules_raise_a_named_error(f):
     z = c(3)
     for run in (lambda: mp.grad(f)(z), lambda: mp.jvp(f, (z,), (z,))):

@@ -73,9 +73,10 @@ STRUCTURAL.update([operator.getitem, np.append, np.atleast_1d, np.atleast_2d, np
 EXPLICIT = {np.absolute, np.real, np.imag, np.conjugate, np.angle, astype, np.vdot,
             np.linalg.slogdet}
 
-# Functions NumPy defines on complex values with no derivative rule here (np.sign(z) = z/|z| is
-# not piecewise constant as it is on the reals).
-REFUSED = {np.sign}
+# Functions NumPy defines on complex values that must not pass here: np.sign(z) = z/|z| is not
+# piecewise constant as on the reals; the compositions of np.gradient and np.nan_to_num compute
+# in real arithmetic.
+REFUSED = {np.sign, np.gradient, np.nan_to_num}
 
 
 def declare_complex(fn, holomorphic):
