@@ -210,7 +210,19 @@ def _check_cotangent_kind(f, o, s):
 def check_leaf_kind(f, argnum, x, path=""):
     """Raise a named error for a differentiated leaf no transformation can take: an
     ``np.matrix`` (its ``*`` is a matrix product and its reductions stay 2-D, so rules written
-    for arrays would give wrong shapes) or an array of another library."""
+    for arrays would give wrong shapes) or an array of another library.
+
+    Example:
+        >>> import numpy as np, warnings
+        >>> check_leaf_kind(print, 0, np.ones(2))  # fine: nothing happens
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", PendingDeprecationWarning)
+        ...     m = np.matrix([[1.0]])
+        >>> check_leaf_kind(print, 0, m)
+        Traceback (most recent call last):
+        ...
+        mooncake_py.errors.NonDifferentiableInputError: argument 0 of print is an np.matrix; ...
+    """
     if isinstance(x, np.matrix):
         raise NonDifferentiableInputError(
             f"argument {argnum}{path} of {_fname(f)} is an np.matrix; np.matrix is not supported "
@@ -221,7 +233,12 @@ def check_leaf_kind(f, argnum, x, path=""):
 
 
 def check_args(f, args, nums):
-    """:func:`check_leaf_kind` on every leaf of the arguments in ``nums``."""
+    """:func:`check_leaf_kind` on every leaf of the arguments in ``nums``.
+
+    Example:
+        >>> import numpy as np
+        >>> check_args(print, ({"w": np.ones(2), "n": 3}, "not differentiated"), (0,))
+    """
     for i in nums:
         leaves, tree = flatten(args[i])
         for j, leaf in enumerate(leaves):

@@ -84,7 +84,17 @@ def _show(spec):
 
 
 def expect_cache(cache, kind, caller):
-    """Raise PreparedCacheSpecError unless ``cache`` was prepared by ``prepare_<kind>_cache``."""
+    """Raise PreparedCacheSpecError unless ``cache`` was prepared by ``prepare_<kind>_cache``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> c = mp.prepare_hvp_cache(np.sum, np.ones(2))
+        >>> expect_cache(c, "hvp", "value_and_hvp")
+        >>> expect_cache(c, "gradient", "value_and_gradient")
+        Traceback (most recent call last):
+        ...
+        mooncake_py.errors.PreparedCacheSpecError: value_and_gradient takes, as its first ...
+    """
     spec = getattr(cache, "spec", None)
     if type(spec) is CacheSpec and spec.kind == kind:
         return

@@ -61,7 +61,12 @@ class EscapedValueError(TrackingLostError):
 
 
 def escaped_message(kind, fn):
-    """The message of EscapedValueError for a ``kind`` ("tracked"/"dual") value reaching ``fn``."""
+    """The message of EscapedValueError for a ``kind`` ("tracked"/"dual") value reaching ``fn``.
+
+    Example:
+        >>> escaped_message("dual", "numpy.sin")[:60]
+        'A dual value outlived the jvp/hvp/hessian call that made it '
+    """
     made = "grad/vjp/hvp/hessian" if kind == "tracked" else "jvp/hvp/hessian"
     return (f"A {kind} value outlived the {made} call that made it and reached {fn}: the "
             f"function being differentiated saved it (in a list, a closure, a global) and it "

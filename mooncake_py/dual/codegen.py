@@ -258,7 +258,12 @@ _FINITE_CALLS = frozenset({"abs", "sign", "select", "floor", "trunc", "sin", "co
 def may_be_nonfinite(expr):
     """Whether a derivative expression can be inf/nan at finite inputs (a division, ``log``,
     ``pow``, ``sqrt``...): such a partial must never multiply a zero tangent, since the
-    partial of one operand would then poison the derivative along the other."""
+    partial of one operand would then poison the derivative along the other.
+
+    Example:
+        >>> may_be_nonfinite(parse("2*a*b")), may_be_nonfinite(parse("0.5/y"))
+        (False, True)
+    """
     for n in ast.walk(expr):
         if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.Pow)):
             return True
@@ -273,7 +278,12 @@ def tangent_product(d, t, guard):
     (a jvp's, or a Hessian lane) that does not move an element must not pick up its infinite
     or undefined partial. So ``jvp(lambda x: np.sum(x / 0.0))`` along e₀ is inf, as the
     gradient says, not inf + 0·inf = nan; a lane moving only ``x`` in ``x**y`` at x < 0 does
-    not see ``∂/∂y = nan``; and a Hessian lane j sees no nan from another element's pole."""
+    not see ``∂/∂y = nan``; and a Hessian lane j sees no nan from another element's pole.
+
+    Example:
+        >>> ast.unparse(tangent_product(parse("1/b"), parse("ta"), True))
+        'select(ta == 0, 0, 1 / b * ta)'
+    """
     p = mul(d, t)
     if not guard or _const(p) is not None:
         return p

@@ -94,7 +94,12 @@ class _DivAsCall(ast.NodeTransformer):
 def numpy_division(expr):
     """``expr`` (table text or an ``ast`` expression) as source with every ``/`` spelled
     ``div(p, q)``: Python numbers reach these expressions (``x / 0.0``), and they must divide
-    as NumPy does, never raise."""
+    as NumPy does, never raise.
+
+    Example:
+        >>> numpy_division("-y/b")
+        'div(-y, b)'
+    """
     tree = ast.parse(expr if isinstance(expr, str) else ast.unparse(expr), mode="eval")
     return ast.unparse(ast.fix_missing_locations(_DivAsCall().visit(tree)))
 

@@ -77,13 +77,27 @@ class Tape:
     def close(self):
         """End recording for good (``grad`` and ``vjp`` call this when ``f`` has returned): a
         value of this tape used afterwards raises EscapedValueError. Costs nothing per op: the
-        tape changes class, as it does on its first write."""
+        tape changes class, as it does on its first write.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> tape = mp.Tape()
+            >>> x = tape.track(np.ones(2))
+            >>> tape.close()
+            >>> np.sin(x)
+            Traceback (most recent call last):
+            ...
+            mooncake_py.errors.EscapedValueError: A tracked value outlived the ...
+            >>> tape.reopen(); np.sin(x)
+            TrackedArray(array([0.84147098, 0.84147098]))
+        """
         if type(self) is not ClosedTape:
             self._open_class = type(self)
             self.__class__ = ClosedTape
 
     def reopen(self):
-        """Undo :meth:`close` (a vjp's pullback sweeps the tape, which may view buffers again)."""
+        """Undo :meth:`close` (a vjp's pullback sweeps the tape, which may view buffers again);
+        see :meth:`close` for an example."""
         if type(self) is ClosedTape:
             self.__class__ = self._open_class
 
