@@ -260,7 +260,8 @@ def _ok():
     lambda z: np.real(np.max(z)),
     lambda z: np.sum(np.real(np.gradient(z))),
     lambda z: np.sum(np.real(np.nan_to_num(z))),
-], ids=["maximum", "sign", "norm", "var", "cholesky", "max", "gradient", "nan_to_num"])
+    lambda z: np.real(np.sum(np.cov(np.stack([z, z * z])))),
+], ids=["maximum", "sign", "norm", "var", "cholesky", "max", "gradient", "nan_to_num", "cov"])
 def test_functions_without_complex_rules_raise_a_named_error(f):
     z = c(3)
     for run in (lambda: mp.grad(f)(z), lambda: mp.jvp(f, (z,), (z,))):

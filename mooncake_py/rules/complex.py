@@ -74,9 +74,9 @@ EXPLICIT = {np.absolute, np.real, np.imag, np.conjugate, np.angle, astype, np.vd
             np.linalg.slogdet}
 
 # Functions NumPy defines on complex values that must not pass here: np.sign(z) = z/|z| is not
-# piecewise constant as on the reals; the compositions of np.gradient and np.nan_to_num compute
-# in real arithmetic.
-REFUSED = {np.sign, np.gradient, np.nan_to_num}
+# piecewise constant as on the reals; the compositions of np.gradient, np.nan_to_num, np.cov and
+# np.unique_values do not compute NumPy's complex results.
+REFUSED = {np.sign, np.gradient, np.nan_to_num, np.cov, np.unique_values}
 
 
 def declare_complex(fn, holomorphic):
