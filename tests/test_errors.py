@@ -88,3 +88,19 @@ def test_ufunc_out_into_a_plain_array_is_tracking_lost():
     with pytest.raises(mp.TrackingLostError, match="out="):
         mp.grad(lambda x: np.sum(np.sin(x, out=np.empty(3))))(np.ones(3))
     _ok()
+
+
+def test_every_error_is_exported_and_catalogued():
+    """Each exception type of mooncake_py.errors is public (mp.<Name>), derives from
+    MooncakeError, and has a row in the error catalogue of docs/conventions.md."""
+    import inspect
+    import pathlib
+    from mooncake_py import errors
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "conventions.md").read_text()
+    types = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+             if c.__module__ == errors.__name__ and c is not errors.MooncakeError]
+    assert len(types) >= 12
+    for c in types:
+        assert issubclass(c, mp.MooncakeError), c
+        assert getattr(mp, c.__name__) is c, c
+        assert f"| `{c.__name__}`" in doc, f"{c.__name__} missing from docs/conventions.md"
