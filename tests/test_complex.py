@@ -404,3 +404,28 @@ def test_complex_device_arrays_take_the_composition_path():
     hv = mp.hvp(f)(xp.asarray(z0), xp.asarray(v0))
     assert type(hv) is xp.ndarray and hv.dtype == np.complex128
     np.testing.assert_allclose(xp.asnumpy(hv), mp.hvp(f)(z0, v0), rtol=1e-12)
+
+
+def test_custom_frule_with_complex_tangent_for_real_output_raises():
+    @mp.primitive
+    def half(x):
+        return x / 2
+
+    @mp.frule(half)
+    def _(primals, tangents):
+        return half(primals[0]), tangents[0] / 2 + 0j
+    with pytest.raises(mp.RuleError, match="complex tangent"):
+        mp.jvp(half, (r(2),), (r(2),))
+    np.testing.assert_allclose(mp.jvp(lambda x: x * 2, (np.ones(2),), (np.ones(2),))[1], [2, 2])
+
+
+def test_object_dtype_result_of_a_frule_is_refused():
+    @mp.primitive
+    def boxed(x):
+        return x.astype(object)
+
+    @mp.frule(boxed)
+    def _(primals, tangents):
+        return boxed(primals[0]), tangents[0]
+    with pytest.raises(mp.MissingRuleError, match="object"):
+        mp.jvp(boxed, (r(2),), (r(2),))
