@@ -53,9 +53,15 @@ def _eye_like(n, x):
 
 
 def _tri_inv(t, lower, unit=False):
-    """The inverse of a (stack of) triangular matrices, by a triangular solve."""
-    return solve_triangular(t, np.broadcast_to(_eye_like(shape_of(t)[-1], t), shape_of(t)),
-                            lower=lower, unit_diagonal=unit, check_finite=False)
+    """The inverse of a (stack of) triangular matrices, by a triangular solve (complex ones by
+    np.linalg.inv of the triangle: solve_triangular refuses complex values, for its
+    conjugating trans='C')."""
+    eye = _eye_like(shape_of(t)[-1], t)
+    if _is_complex(t):
+        tri = np.tril(t, -1 if unit else 0) if lower else np.triu(t, 1 if unit else 0)
+        return np.linalg.inv(tri + eye if unit else tri)
+    return solve_triangular(t, np.broadcast_to(eye, shape_of(t)), lower=lower,
+                            unit_diagonal=unit, check_finite=False)
 
 
 def _copyu(m):
