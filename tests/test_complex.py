@@ -429,3 +429,13 @@ def test_object_dtype_result_of_a_frule_is_refused():
         return boxed(primals[0]), tangents[0]
     with pytest.raises(mp.MissingRuleError, match="object"):
         mp.jvp(boxed, (r(2),), (r(2),))
+
+
+def test_large_real_input_with_complex_constants_skips_the_fused_kernels():
+    from mooncake_py.dual.elementwise import KERNEL_MIN_SIZE
+    n = KERNEL_MIN_SIZE + 8
+    x, v = np.linspace(0.5, 2, n), np.cos(np.arange(n))
+    f = lambda x: np.sum(np.abs(x * (1 + 2j) + 1j * x ** 2) ** 1.5)  # noqa: E731
+    h = 1e-5
+    fd = (mp.grad(f)(x + h * v) - mp.grad(f)(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(mp.hvp(f)(x, v), fd, rtol=1e-6, atol=1e-6)
