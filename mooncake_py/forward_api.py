@@ -270,6 +270,12 @@ def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None =
                 f"{'' if getattr(x, 'dtype', None) is None else f' of dtype {x.dtype}'}; it must "
                 "be one floating-point array or float (for containers use mp.jvp or mp.vjp).")
         x = np.float64(x) if type(x) is float else x
+        if getattr(x, "dtype", None) is not None and x.dtype.kind == "c":
+            raise NonDifferentiableInputError(
+                f"jacobian of {_fname(f)}: argument {argnums} is complex; a Jacobian over C "
+                "treated as R² has no (y.shape + x.shape) layout unless f is holomorphic. Use "
+                "mp.jvp with complex tangents (J·v) or mp.vjp with complex cotangents (the adjoint "
+                "for Re Σ conj(a)·b), or differentiate with respect to (np.real(z), np.imag(z)).")
 
         def fx(xx):
             return f(*args[:i], xx, *args[i + 1:])
@@ -380,6 +386,9 @@ def _jac_reverse(f, fx, x):
         e = np.zeros(m, dtype=y.dtype)
         e[r] = 1
         g, = pullback(e.reshape(np.shape(y)) if np.ndim(y) else e[0])
+        if e.dtype.kind == "c":  # real x: Re and Im of row r pull back from e_r and i·e_r
+            gi, = pullback(1j * e.reshape(np.shape(y)) if np.ndim(y) else 1j * e[0])
+            g = g + 1j * gi
         rows.append(np.reshape(g, -1))
     J = np.stack(rows) if rows else np.zeros((0, int(np.size(x))), dtype=x.dtype)
     return J.reshape(tuple(np.shape(y)) + tuple(np.shape(x)))
