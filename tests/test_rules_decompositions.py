@@ -345,3 +345,34 @@ def test_debug_mode_structures(debug_mode):
     test_rule(lambda a, b: np.linalg.lstsq(a, b), rand(4, 2), rand(4))
     test_rule(L.lu, rand(3, 4))
     test_rule(L.expm, rand(2, 2))
+
+
+# --- NumPy 2's array-API spellings and tensorinv/tensorsolve (compositions) -------------------
+ARRAY_API = [
+    (lambda x: np.linalg.matrix_transpose(x), [(2, 3, 4)]),
+    (lambda x: np.linalg.diagonal(x, offset=1), [(2, 3, 4)]),
+    (lambda x: np.linalg.svdvals(x), [(2, 4, 3)]),
+    (lambda x: np.linalg.matrix_norm(x, ord="nuc", keepdims=True), [(2, 3, 4)]),
+    (lambda x: np.linalg.matrix_norm(x), [(3, 4)]),
+    (lambda x: np.linalg.vector_norm(x), [(2, 3, 4)]),
+    (lambda x: np.linalg.vector_norm(x, axis=(0, 2), keepdims=True, ord=3), [(2, 3, 4)]),
+    (lambda x: np.linalg.vector_norm(x, axis=1, ord=np.inf), [(2, 3, 4)]),
+    (lambda a, b: np.linalg.vecdot(a, b), [(2, 3), (3,)]),
+    (lambda a, b: np.linalg.cross(a, b), [(2, 3), (3,)]),
+    (lambda a: np.linalg.tensorinv(a), [(2, 3, 6)]),
+    (lambda a, b: np.linalg.tensorsolve(a, b), [(2, 3, 6), (2, 3)]),
+    (lambda a, b: np.linalg.tensorsolve(a, b, axes=(0,)), [(6, 2, 3), (2, 3)]),
+]
+
+
+@pytest.mark.parametrize("fn,shapes", ARRAY_API)
+def test_array_api_spellings(fn, shapes):
+    if not hasattr(np.linalg, "vecdot"):
+        pytest.skip("NumPy < 2")
+    test_rule(fn, *[rand(*s) for s in shapes])
+
+
+def test_matrix_rank_is_a_constant():
+    a = rand(3, 3)
+    np.testing.assert_allclose(mp.grad(lambda a: np.sum(a) * np.linalg.matrix_rank(a))(a),
+                               np.full((3, 3), 3.0))

@@ -1,5 +1,6 @@
 """Rules for matrix decompositions and matrix functions: numpy.linalg qr, eig, eigvals, lstsq,
-matrix_power and cond; and the scipy.linalg primitives lu, expm, sqrtm, solve_sylvester and
+matrix_power and cond (and, by composition, NumPy 2's matrix_transpose, diagonal, svdvals,
+matrix_norm, vector_norm, vecdot, cross, and tensorinv, tensorsolve); and the scipy.linalg primitives lu, expm, sqrtm, solve_sylvester and
 solve_banded, logm (exported by :mod:`mooncake_py.scipy.linalg`).
 
 Matrix arguments are the last two axes and leading axes are a batch, as in NumPy and SciPy. The
@@ -39,7 +40,7 @@ import numpy as np
 
 from .. import array_module as am
 from ..errors import MissingRuleError
-from .registry import rrule, frule, primitive, composite
+from .registry import rrule, frule, primitive, composite, zero_derivative
 from .broadcasting import shape_of, unbroadcast
 from .lanes import align
 from .linear_algebra import (_mT, _pad, _dtype, _tan, _addt, _cols, _uncols, _sla,
@@ -397,6 +398,67 @@ def _cond(x, p=None):
         return s[..., 0] / s[..., -1] if p != -2 else s[..., -1] / s[..., 0]
     return (np.linalg.norm(x, p, axis=(-2, -1))
             * np.linalg.norm(np.linalg.inv(x), p, axis=(-2, -1)))
+
+
+# --- the array-API spellings in np.linalg (NumPy 2) and tensorinv/tensorsolve: by composition --
+def _compose(name, impl):
+    fn = getattr(np.linalg, name, None)
+    if fn is not None:
+        composite(fn)(impl)
+
+
+def _vector_norm(x, axis=None, keepdims=False, ord=2):
+    """np.linalg.norm over the flattened ``axis`` (several axes are one vector, as NumPy's
+    vector_norm has it)."""
+    shape = shape_of(x)
+    nd = len(shape)
+    axes = tuple(range(nd)) if axis is None else (
+        (int(axis) % nd,) if isinstance(axis, (int, np.integer)) else tuple(int(a) % nd
+                                                                            for a in axis))
+    rest = [i for i in range(nd) if i not in axes]
+    moved = np.transpose(x, rest + list(axes))
+    flat = np.reshape(moved, tuple(shape[i] for i in rest) + (-1,))
+    y = np.linalg.norm(flat, ord, axis=-1)
+    if keepdims:
+        y = np.reshape(y, tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    return y
+
+
+def _tensorinv(a, ind=2):
+    shape = shape_of(a)
+    if ind <= 0:
+        raise ValueError("Invalid ind argument.")
+    rows = int(np.prod(shape[:ind]))
+    return np.reshape(np.linalg.inv(np.reshape(a, (rows, -1))), tuple(shape[ind:] + shape[:ind]))
+
+
+def _tensorsolve(a, b, axes=None):
+    nd = len(shape_of(a))
+    if axes is not None:
+        order = list(range(nd))
+        for k in axes:
+            order.remove(k)
+            order.insert(nd, k)
+        a = np.transpose(a, order)
+    old = tuple(shape_of(a)[-(nd - len(shape_of(b))):])
+    n = int(np.prod(old))
+    x = np.linalg.solve(np.reshape(a, (n, n)), np.reshape(b, (-1,)))
+    return np.reshape(x, old)
+
+
+_compose("matrix_transpose", lambda x: np.swapaxes(x, -1, -2))
+_compose("diagonal", lambda x, *, offset=0: np.diagonal(x, offset, -2, -1))
+_compose("svdvals", lambda x: np.linalg.svd(x, compute_uv=False))
+_compose("matrix_norm", lambda x, *, keepdims=False, ord="fro":
+         np.linalg.norm(x, ord, axis=(-2, -1), keepdims=keepdims))
+_compose("vector_norm", lambda x, *, axis=None, keepdims=False, ord=2:
+         _vector_norm(x, axis, keepdims, ord))
+_compose("vecdot", lambda x1, x2, *, axis=-1:
+         np.sum((np.conjugate(x1) if _is_complex(x1) else x1) * x2, axis=axis))
+_compose("cross", lambda x1, x2, *, axis=-1: np.cross(x1, x2, axis=axis))
+_compose("tensorinv", _tensorinv)
+_compose("tensorsolve", _tensorsolve)
+zero_derivative(np.linalg.matrix_rank)
 
 
 # --- scipy.linalg.expm ------------------------------------------------------------------------
