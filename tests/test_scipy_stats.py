@@ -71,6 +71,7 @@ UNIVARIATE = [  # name, shape-parameter grids
     ("chi2", [[-1.0, 0.0, 0.5, 2.0, 7.0]]),
     ("weibull_min", [[-1.0, 0.0, 0.5, 1.0, 3.0]]),
     ("truncnorm", [[-INF, -2.0, 0.5, 1.0], [-1.0, 0.7, 3.0, INF]]),
+    ("vonmises", [[-1.0, 0.0, 0.5, 2.0, 30.0]]),
 ]
 METHODS = ["logpdf", "pdf", "logcdf", "cdf", "logsf", "sf"]
 
@@ -176,6 +177,9 @@ RULES = [  # (id, function of float arguments, arguments)
     ("truncnorm.logcdf", lambda x, a, b: stats.truncnorm.logcdf(x, a, b), (X / 3, -1.5, 2.0)),
     ("truncnorm.logsf", lambda x, a, b: stats.truncnorm.logsf(x, a, b), (X / 3, -1.5, 2.0)),
     ("truncnorm.cdf", lambda x, a: stats.truncnorm.cdf(x, a, INF), (POS + 0.1, 0.2)),
+    ("vonmises.logpdf", lambda x, k, m: stats.vonmises.logpdf(x, k, loc=m), (X, 2.5, 0.3)),
+    ("vonmises.cdf", lambda x, m: stats.vonmises.cdf(x, 2.5, loc=m), (X / 2, 0.3)),
+    ("vonmises.logsf", lambda x: stats.vonmises.logsf(x, 0.7), (X / 2,)),
     ("poisson.logpmf", lambda mu: stats.poisson.logpmf(np.arange(6), mu), (2.3,)),
     ("poisson.pmf", lambda mu: stats.poisson.pmf(np.arange(6), mu), (2.3,)),
     ("poisson.cdf", lambda mu: stats.poisson.cdf(np.arange(6) + 0.5, mu), (2.3,)),
@@ -211,6 +215,7 @@ REFUSED = [
     ("invgamma.cdf", "a", lambda a: stats.invgamma.cdf(2.0, a), 2.0),
     ("chi2.cdf", "df", lambda df: stats.chi2.logsf(2.0, df), 2.0),   # named with its family
     ("nbinom.cdf", "n", lambda n: stats.nbinom.cdf(2, n, 0.3), 2.0),
+    ("vonmises.cdf", "kappa", lambda k: stats.vonmises.cdf(0.3, k), 2.0),
 ]
 
 

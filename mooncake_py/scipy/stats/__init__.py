@@ -11,7 +11,8 @@ give -inf (log-density) or 0 like SciPy, invalid parameters nan. Frozen distribu
 
 Derivatives with no practical closed form raise MissingRuleError naming the function and the
 parameter: the CDFs (and sf, logcdf, logsf) of ``gamma``/``invgamma`` in ``a``, ``chi2`` and
-``t`` in ``df``, ``beta`` in ``a``/``b``, ``nbinom`` in ``n``; ``binom`` in its count ``n``.
+``t`` in ``df``, ``beta`` in ``a``/``b``, ``nbinom`` in ``n``, ``vonmises`` in ``kappa``;
+``binom`` in its count ``n``.
 Other methods (``rvs``, ``ppf``, ``mean``, ``entropy``, ...) forward to SciPy on plain arrays
 and raise MissingRuleError on tracked ones. See docs/scipy_stats.md.
 
@@ -28,10 +29,11 @@ Example:
 from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, uniform, expon,
                           poisson, binom, bernoulli)
 from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, truncnorm,
-                    nbinom, geom)
+                    vonmises, nbinom, geom)
 from ._multivariate import multivariate_normal, multivariate_t, dirichlet, multinomial
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
            "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min", "truncnorm",
+           "vonmises",
            "poisson", "binom", "bernoulli", "nbinom", "geom",
            "multivariate_normal", "multivariate_t", "dirichlet", "multinomial"]

@@ -1,13 +1,13 @@
 """More univariate distributions common in probabilistic programs (half-normal and half-Cauchy
-priors, inverse gamma, logistic, chi-squared, Weibull, truncated normal, negative binomial,
-geometric), written
+priors, inverse gamma, logistic, chi-squared, Weibull, truncated normal, von Mises, negative
+binomial, geometric), written
 as SciPy writes them, with ruled calls."""
 import math
 
 import numpy as np
 import scipy.special as sc
 
-from ._base import Univariate, Discrete, INF
+from ._base import Univariate, Discrete, INF, scipy_stats
 from . import _primitives as P
 from ...rules.registry import stop_gradient
 
@@ -283,6 +283,48 @@ class truncnorm_gen(Univariate):
         return np.exp(self._logsf(z, a, b))
 
 
+def _cosm1(x):
+    # cos(x) - 1 without the cancellation near 0 (scipy.special.cosm1 has no rule)
+    return -2.0 * np.sin(x / 2) ** 2
+
+
+def _vonmises_cdf_value(kappa, x):
+    return scipy_stats().vonmises.cdf(x, kappa)
+
+
+_vonmises_cdf = P._elementwise(
+    _vonmises_cdf_value,
+    (("vonmises.cdf (and sf, logcdf, logsf)", "kappa",
+      "the derivative of the von Mises CDF in kappa has no practical closed form."),
+     lambda kappa, x: np.exp(kappa * _cosm1(x)) / (2 * math.pi * sc.i0e(kappa))))
+
+
+class vonmises_gen(Univariate):
+    """Von Mises distribution, ``vonmises.logpdf(x, kappa, loc=0, scale=1)`` (as in SciPy, the
+    density is not wrapped to one period); its ``cdf`` has no derivative in ``kappa``
+    (MissingRuleError).
+
+    Example:
+        >>> import mooncake_py as mp
+        >>> from mooncake_py.scipy import stats
+        >>> float(mp.grad(lambda m: stats.vonmises.logpdf(0.0, 2.0, loc=m))(0.0))   # κ·sin(x-m)
+        0.0
+    """
+    _shape_names = ("kappa",)
+
+    def _shape_ok(self, name, v):
+        return v >= 0
+
+    def _logpdf(self, z, kappa):
+        return kappa * _cosm1(z) - math.log(2 * math.pi) - np.log(sc.i0e(kappa))
+
+    def _pdf(self, z, kappa):
+        return np.exp(kappa * _cosm1(z)) / (2 * math.pi * sc.i0e(kappa))
+
+    def _cdf(self, z, kappa):
+        return _vonmises_cdf(kappa, z)
+
+
 _nbinom_I, _ = P.incomplete_beta("nbinom", "n", "k")
 _nbinom_upper, _ = P.incomplete_beta("nbinom", "k", "n")
 
@@ -360,5 +402,6 @@ logistic = logistic_gen("logistic")
 chi2 = chi2_gen("chi2")
 weibull_min = weibull_min_gen("weibull_min")
 truncnorm = truncnorm_gen("truncnorm")
+vonmises = vonmises_gen("vonmises")
 nbinom = nbinom_gen("nbinom")
 geom = geom_gen("geom")
