@@ -49,6 +49,23 @@ def test_convolve_method_keyword_and_constant_kernel():
     np.testing.assert_allclose(jac, want, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["convolve2d", "correlate2d", "fftconvolve"])
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("sa,sb", [((5, 6), (2, 3)), ((3, 2), (4, 4)), ((6, 5), (4, 2))])
+def test_2d_and_fft_spellings(name, mode, sa, sb):
+    fn = getattr(signal, name)
+    a, b = rand(*sa), rand(*sb)
+    np.testing.assert_array_equal(fn(a, b, mode), getattr(ss, name)(a, b, mode))
+    test_rule(lambda a, b: fn(a, b, mode), a, b, ndirs=1)
+
+
+def test_2d_and_fft_refusals():
+    with pytest.raises(mp.MissingRuleError, match="boundary"):
+        mp.grad(lambda a: np.sum(signal.convolve2d(a, a, boundary="wrap")))(rand(3, 3))
+    with pytest.raises(mp.MissingRuleError, match="axes"):
+        mp.grad(lambda a: np.sum(signal.fftconvolve(a, a, axes=0)))(rand(3, 3))
+
+
 def test_convolve_errors():
     with pytest.raises(ValueError, match="mode"):
         mp.grad(lambda a: np.sum(signal.convolve(a, a, "bogus")))(rand(3))
