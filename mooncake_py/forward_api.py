@@ -299,7 +299,8 @@ def _jacobian_tree(f, args, argnums, mode, chunk_size):
     Jacobian is cut into blocks in the containers' structures."""
     nums = _norm_argnums(argnums, len(args), f)
     flat, unravel = ravel_pytree(tuple(args[i] for i in nums))
-    if flat.size == 0:
+    if flat.size == 0 and not any(is_float_leaf(leaf) for i in nums  # empty arrays: J is empty
+                                  for leaf in flatten(args[i])[0]):
         raise NonDifferentiableInputError(
             f"jacobian of {_fname(f)}: argument(s) {argnums!r} hold no floating-point leaf to "
             "differentiate; make them float arrays or floats (x.astype(float), 2.0 not 2).")

@@ -78,6 +78,14 @@ def test_jacobian_of_an_empty_array_is_empty(mode):
     assert J.shape == (3, 0)
     J = mp.jacobian(lambda x: 2 * x, mode=mode)(np.zeros((0, 2)))
     assert J.shape == (0, 2, 0, 2)
+    # containers and tuple argnums: the empty leaf gets an empty block, the others their own
+    Jx, Jw = mp.jacobian(lambda x, w: np.sum(x) * w + w ** 2, argnums=(0, 1),
+                         mode=mode)(np.zeros(0), np.array([1.0, 2.0]))
+    assert Jx.shape == (2, 0)
+    np.testing.assert_allclose(Jw, np.diag([2.0, 4.0]))
+    assert mp.jacobian(lambda d: 2 * d["a"], mode=mode)({"a": np.zeros(0)})["a"].shape == (0, 0)
+    with pytest.raises(mp.NonDifferentiableInputError, match="no floating-point leaf"):
+        mp.jacobian(lambda d: d["n"] * 1.0, mode=mode)({"n": np.arange(2)})
 
 
 def test_hvp_without_v():
