@@ -1,5 +1,8 @@
 """Reverse mode: TrackedArray values recorded on a Tape, and the reverse sweep."""
 from .tracked import TrackedArray
 from .tape import Tape
+from . import fastpath
+
+fastpath.install()  # scalar-loop short paths on TrackedArray (see fastpath.py)
 
 __all__ = ["TrackedArray", "Tape"]

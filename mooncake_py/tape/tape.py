@@ -32,10 +32,12 @@ from ..rules.indexing import is_basic_index, _frozen
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
 from ..arguments import kwargs_to_positional, missing_rule_message
 from .tracked import TrackedArray, _lost_message
+from .pullbacks import ItemRead
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
 _SWEEPING = contextvars.ContextVar("mooncake_sweeping", default=0)
 _SEQ = (list, tuple)
+_F64 = np.float64
 _NEEDS1 = (True,)
 _NEEDS2 = {(True, True): (True, True), (True, False): (True, False),
            (False, True): (False, True)}
@@ -418,19 +420,52 @@ class Tape:
                 for w, x in zip(want, xs)]
 
     def _sweep(self, cts, start, keep, owned):
+        # _pull inlined: on scalar-loop tapes the per-node method call and zip are a large
+        # share of the sweep. An int read x[i] (fastpath.ItemRead) whose array already has an
+        # owned dense cotangent buffer adds g at i in place, as _accumulate would.
         token = _SWEEPING.set(self._level)
         try:
-            pullbacks, parents = self._pullbacks, self._parents
+            self._run_pullbacks(cts, start, keep, owned)
+            _densify_kept(cts, keep)
+        finally:
+            _SWEEPING.reset(token)
+
+    def _run_pullbacks(self, cts, start, keep, owned):
+        pullbacks, parents = self._pullbacks, self._parents
+        i = start
+        try:
             for i in range(start, -1, -1):
                 g = cts[i]
                 if g is None:
                     continue
                 pb = pullbacks[i]
-                if pb is not None:
-                    self._pull(i, pb, g, parents[i], cts, keep, owned)
-            _densify_kept(cts, keep)
-        finally:
-            _SWEEPING.reset(token)
+                if pb is None:
+                    continue
+                if i not in keep:
+                    cts[i] = None
+                tg = type(g)
+                if type(pb) is ItemRead and tg is _F64:
+                    p = parents[i][0]
+                    cur = cts[p]
+                    if type(cur) is np.ndarray and p in owned:
+                        cur[pb.key] += g
+                        continue
+                elif tg in _SPARSE:
+                    g = g.dense()
+                gs = pb(g)
+                for p, gp in zip(parents[i], gs):
+                    if p is None or gp is None:
+                        continue
+                    if type(p) is tuple:
+                        for q, gq in zip(p, gp):
+                            if q is not None and gq is not None:
+                                _accumulate(cts, owned, q, gq)
+                    elif cts[p] is None:
+                        cts[p] = gp
+                    else:
+                        _accumulate(cts, owned, p, gp)
+        except MissingRuleError as e:
+            raise _reached_from(e, self._fns[i]) from e
 
     def _pull(self, i, pb, g, parents, cts, keep, owned):
         """Node ``i``: run its pullback on cotangent ``g`` and pass the results to its parents."""
