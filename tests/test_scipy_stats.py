@@ -479,3 +479,35 @@ def test_multinomial_derivatives():
                   noncontiguous=False)
     with pytest.raises(mp.MissingRuleError, match="`n`"):
         mp.grad(lambda n: stats.multinomial.logpmf(x, n, np.array([0.2, 0.3, 0.5])))(6.0)
+
+
+_S3 = _spd(3, 1)
+_X3 = np.stack([_spd(3, i) for i in range(4)], axis=-1)     # SciPy's layout: samples last
+WISHART = [(_spd(3, 7), 5.0, _S3), (_X3, 4.5, _S3), (_X3, 3.0, np.array([1.0, 2.0, 0.5])),
+           (2.5, 3.0, 1.5), (np.array([1.5, 2.0]), 4.0, 2.0), (1.7, 4.0, np.eye(2))]
+
+
+@pytest.mark.parametrize("name", ["wishart", "invwishart"])
+def test_wishart_values(name):
+    for x, df, scale in WISHART:
+        for method in ("logpdf", "pdf"):
+            want = getattr(getattr(ss, name), method)(x, df, scale)
+            got = through_tracking(getattr(stats, name), method, x, df, scale)
+            assert got.shape == np.shape(want)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["wishart", "invwishart"])
+def test_wishart_derivatives(name):
+    dist = getattr(stats, name)
+    # x and scale through factors, so that finite-difference steps keep them positive definite
+    B = np.linalg.cholesky(_S3)
+    Bx = np.stack([np.linalg.cholesky(_X3[..., i]) for i in range(2)])
+
+    def f(bx, df, b):
+        x = np.moveaxis(bx @ np.swapaxes(bx, -1, -2), 0, -1) + np.eye(3)[:, :, None]
+        return dist.logpdf(x, df, b @ b.T + np.eye(3))
+    test_rule(f, Bx, 4.5, B, noncontiguous=False)
+    check_grads(lambda s, df: np.sum(dist(df, s).logpdf(_X3)), np.array([1.0, 2.0, 0.5]), 5.0)
+    with pytest.raises(ValueError, match="Degrees of freedom"):
+        mp.grad(lambda s: dist.logpdf(_X3, 1.5, s))(_S3)

@@ -30,10 +30,12 @@ from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, unifor
                           poisson, binom, bernoulli)
 from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, truncnorm,
                     vonmises, nbinom, geom)
-from ._multivariate import multivariate_normal, multivariate_t, dirichlet, multinomial
+from ._multivariate import (multivariate_normal, multivariate_t, dirichlet, multinomial,
+                            wishart, invwishart)
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
            "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min", "truncnorm",
            "vonmises",
            "poisson", "binom", "bernoulli", "nbinom", "geom",
-           "multivariate_normal", "multivariate_t", "dirichlet", "multinomial"]
+           "multivariate_normal", "multivariate_t", "dirichlet", "multinomial", "wishart",
+           "invwishart"]
