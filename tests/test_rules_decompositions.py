@@ -376,3 +376,27 @@ def test_matrix_rank_is_a_constant():
     a = rand(3, 3)
     np.testing.assert_allclose(mp.grad(lambda a: np.sum(a) * np.linalg.matrix_rank(a))(a),
                                np.full((3, 3), 3.0))
+
+
+# --- full Hessians (lanes through every pullback) against finite differences of the gradient --
+W3 = rand(3, 3)
+HESSIAN_CASES = [
+    (lambda a: np.sum(W3 * np.linalg.qr(a)[0]) + np.sum(np.linalg.qr(a)[1] ** 2), (3, 3)),
+    (lambda a: np.sum(np.abs(np.linalg.eigvals(a)) ** 2 * np.angle(np.linalg.eigvals(a))),
+     (3, 3)),
+    (lambda a: np.sum(W3 * L.lu(a)[1]) + np.sum(L.lu(a)[2] ** 2), (3, 3)),
+    (lambda a: np.sum(np.linalg.lstsq(a, np.ones(4))[0] ** 2), (4, 3)),
+]
+
+
+@pytest.mark.parametrize("f,shape", HESSIAN_CASES)
+def test_hessian_matches_gradient_differences(f, shape):
+    x = rand(*shape)
+    h = mp.hessian(f)(x).reshape(x.size, x.size)
+    eps = 1e-6
+    for i in range(x.size):
+        e = np.zeros(x.size)
+        e[i] = eps
+        e = e.reshape(shape)
+        fd = (mp.grad(f)(x + e) - mp.grad(f)(x - e)) / (2 * eps)
+        np.testing.assert_allclose(h[:, i], fd.ravel(), rtol=1e-5, atol=1e-6)
