@@ -30,8 +30,8 @@ from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, unifor
                           poisson, binom, bernoulli)
 from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, truncnorm,
                     vonmises, nbinom, geom)
-from ._multivariate import (multivariate_normal, multivariate_t, dirichlet, multinomial,
-                            wishart, invwishart)
+from ._multivariate import multivariate_normal, multivariate_t, dirichlet, multinomial
+from ._matrix import wishart, invwishart
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
            "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min", "truncnorm",
