@@ -13,15 +13,14 @@
 
 Greedy, in *largest-first* order (vertices by decreasing degree, ties by index, as networkx's
 ``greedy_color(G, "largest_first")``): each vertex takes the smallest color its constraints
-allow. The loops are numba-compiled (cached on disk).
+allow. The loops are numba-compiled on first use (cached on disk; numba is imported then, so
+that ``import mooncake_py`` stays fast).
 """
-import numba
 import numpy as np
 
 from . import rows as R
 
 
-@numba.njit(cache=True)
 def _greedy_distance1(indptr, indices, order, n):  # pragma: no cover  (compiled)
     color = np.full(n, -1, dtype=np.int64)
     forbidden = np.full(n + 1, -1, dtype=np.int64)
@@ -37,7 +36,6 @@ def _greedy_distance1(indptr, indices, order, n):  # pragma: no cover  (compiled
     return color
 
 
-@numba.njit(cache=True)
 def _greedy_star_simple(indptr, indices, order, n):  # pragma: no cover  (compiled)
     # Gebremedhin–Manne–Pothen's first greedy star-coloring algorithm, O(n·d³): the reference
     # that the faster star-based version is tested against. Invariant: two colored
@@ -74,7 +72,6 @@ def _greedy_star_simple(indptr, indices, order, n):  # pragma: no cover  (compil
     return color
 
 
-@numba.njit(cache=True)
 def _position(indptr, indices, u, v):  # pragma: no cover  (compiled)
     """Where v sits in the sorted row u of a CSR pattern."""
     lo, hi = indptr[u], indptr[u + 1]
@@ -87,7 +84,6 @@ def _position(indptr, indices, u, v):  # pragma: no cover  (compiled)
     return lo
 
 
-@numba.njit(cache=True)
 def _forbid_neighbours(indptr, indices, color, forbidden, v, w):  # pragma: no cover
     for q in range(indptr[w], indptr[w + 1]):
         x = indices[q]
@@ -95,7 +91,6 @@ def _forbid_neighbours(indptr, indices, color, forbidden, v, w):  # pragma: no c
             forbidden[color[x]] = v
 
 
-@numba.njit(cache=True)
 def _greedy_star_stars(indptr, indices, order, n):  # pragma: no cover  (compiled)
     # Gebremedhin, Tarafdar, Manne and Pothen's star coloring (SIAM J. Sci. Comput. 29(3),
     # 2007, Alg. 4.1), O(n·d²): the edges between colored vertices are kept as 2-colored stars,
@@ -162,6 +157,22 @@ def _greedy_star_stars(indptr, indices, order, n):  # pragma: no cover  (compile
     return color
 
 
+_LOOPS = ("_position", "_forbid_neighbours", "_greedy_distance1", "_greedy_star_simple",
+          "_greedy_star_stars")
+_compiled = []
+
+
+def _compile():
+    """Replace the loop functions above by their numba-compiled versions (once); helpers first,
+    so that the functions calling them compile against the compiled helpers."""
+    if not _compiled:
+        import numba
+        g = globals()
+        for name in _LOOPS:
+            g[name] = numba.njit(cache=True)(g[name])
+        _compiled.append(True)
+
+
 def _adjacency(pattern):
     """Canonical CSR arrays of a square pattern (any scipy sparse matrix or dense bool array)."""
     sp = R.sparse()
@@ -208,6 +219,7 @@ def greedy_coloring(adjacency, order="largest_first"):
     """
     A = _adjacency(adjacency)
     n = A.shape[0]
+    _compile()
     return _greedy_distance1(A.indptr.astype(np.int64), A.indices.astype(np.int64),
                              _order(A, order), n)
 
@@ -229,6 +241,7 @@ def star_coloring(hessian_pattern, order="largest_first", algorithm="stars"):
     if algorithm not in ("stars", "simple"):
         raise ValueError(f"star_coloring: algorithm must be 'stars' or 'simple', not "
                          f"{algorithm!r}.")
+    _compile()
     run = _greedy_star_stars if algorithm == "stars" else _greedy_star_simple
     return run(A.indptr.astype(np.int64), A.indices.astype(np.int64), _order(A, order), n)
 
