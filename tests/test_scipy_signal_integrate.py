@@ -116,6 +116,20 @@ def test_complex_values():
         mp.grad(lambda a: np.abs(signal.correlate(a, a)[0]))(c(3))
 
 
+def test_sosfilt():
+    sos = np.array([[0.3, 0.2, 0.1, 1.0, -0.4, 0.1], [1.0, -0.5, 0.2, 1.0, 0.3, 0.05]])
+    x = rand(3, 8)
+    np.testing.assert_allclose(signal.sosfilt(sos, x), ss.sosfilt(sos, x), rtol=1e-13)
+    free = np.delete(sos, 3, axis=1)  # a0 must stay 1 (SciPy checks it)
+
+    def with_a0(p):
+        return np.concatenate([p[:, :3], np.ones((len(p), 1)), p[:, 3:]], axis=1)
+    test_rule(lambda p, x: signal.sosfilt(with_a0(p), x), free, x)
+    test_rule(lambda p, x: signal.sosfilt(with_a0(p), x, axis=0), free[:1], rand(6, 2))
+    with pytest.raises(ValueError, match="ones"):
+        mp.grad(lambda s: np.sum(signal.sosfilt(s, x)))(2 * sos)
+
+
 def test_lfilter_zi_refused():
     with pytest.raises(mp.MissingRuleError, match="zi"):
         mp.grad(lambda x: np.sum(signal.lfilter([1.0], [1.0, 0.1], x, zi=np.zeros(1))[0]))(

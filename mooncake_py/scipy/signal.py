@@ -1,6 +1,6 @@
 """Differentiable mirror of ``scipy.signal``: ``convolve``, ``correlate`` (n-d; 'full', 'same',
-'valid'), ``fftconvolve`` (``axes=None``), ``convolve2d`` / ``correlate2d`` (zero fill) and
-``lfilter`` (differentiable in ``b``, ``a`` and ``x``).
+'valid'), ``fftconvolve`` (``axes=None``), ``convolve2d`` / ``correlate2d`` (zero fill),
+``lfilter`` (differentiable in ``b``, ``a`` and ``x``) and ``sosfilt`` (a cascade of lfilters).
 
 Plain arrays go straight to SciPy; tracked and dual values use the rules in
 :mod:`mooncake_py.rules.signal` (the 2-D and FFT spellings are compositions of them). SciPy is
@@ -13,12 +13,15 @@ Example:
     >>> mp.grad(lambda x: np.sum(signal.convolve(x, np.array([1.0, -1.0]), "same") ** 2))(x)
     array([0., 0., 2.])
 """
+import numpy as np
+
 from ..errors import MissingRuleError
 from ..rules.registry import primitive, composite
 from ..rules.broadcasting import shape_of
 from ..rules.signal import convolve, correlate, lfilter, _sig, _window, _crop
 
-__all__ = ["convolve", "correlate", "fftconvolve", "convolve2d", "correlate2d", "lfilter"]
+__all__ = ["convolve", "correlate", "fftconvolve", "convolve2d", "correlate2d", "lfilter",
+           "sosfilt"]
 
 
 @primitive
@@ -98,3 +101,33 @@ def _correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     win = [(s + (f - (e - s)) % 2, e + (f - (e - s)) % 2, f)
            for s, e, f in _window(shape_of(in1), shape_of(in2), "same")]
     return _crop(correlate(in1, in2, "full", method="direct"), win)
+
+
+@primitive
+def sosfilt(sos, x, axis=-1, zi=None):
+    """Filter ``x`` with cascaded second-order sections ``sos`` (rows ``b0 b1 b2 a0 a1 a2``), as
+    ``scipy.signal.sosfilt``; differentiable in ``sos`` and ``x`` (``zi`` is not).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.scipy import signal
+        >>> sos = np.array([[1.0, 0.0, 0.0, 1.0, -0.5, 0.0]])
+        >>> signal.sosfilt(sos, np.array([1.0, 0.0, 0.0]))
+        array([1.  , 0.5 , 0.25])
+    """
+    return _sig().sosfilt(sos, x, axis=axis, zi=zi)
+
+
+@composite(sosfilt)
+def _sosfilt(sos, x, axis=-1, zi=None):
+    if zi is not None:
+        raise MissingRuleError("scipy.signal.sosfilt with zi= (initial conditions) is not "
+                               "differentiated by mooncake_py; call it without zi.")
+    if len(shape_of(sos)) != 2 or shape_of(sos)[1] != 6:
+        raise ValueError("sos array must be shape (n_sections, 6)")
+    if not np.all(sos[:, 3] == 1):
+        raise ValueError("sos[:, 3] should be all ones")
+    y = x
+    for i in range(shape_of(sos)[0]):  # the sections in turn: mathematically sosfilt itself
+        y = lfilter(sos[i, :3], sos[i, 3:], y, axis=axis)
+    return y
