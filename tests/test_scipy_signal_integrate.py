@@ -130,10 +130,27 @@ def test_sosfilt():
         mp.grad(lambda s: np.sum(signal.sosfilt(s, x)))(2 * sos)
 
 
-def test_lfilter_zi_refused():
-    with pytest.raises(mp.MissingRuleError, match="zi"):
-        mp.grad(lambda x: np.sum(signal.lfilter([1.0], [1.0, 0.1], x, zi=np.zeros(1))[0]))(
-            rand(4))
+@pytest.mark.parametrize("nb,na,shape,axis", [(3, 3, (7,), -1), (2, 4, (6,), -1),
+                                              (4, 2, (2, 5), -1), (3, 3, (5, 2), 0),
+                                              (5, 3, (2,), -1)])
+def test_lfilter_initial_state(nb, na, shape, axis):
+    b, a, x = rand(nb), np.r_[1.3, 0.3 * rand(na - 1)], rand(*shape)
+    zshape = list(shape)
+    zshape[axis] = max(na, nb) - 1
+    zi = rand(*zshape)
+    test_rule(lambda b, a, x, zi: signal.lfilter(b, a, x, axis=axis, zi=zi), b, a, x, zi)
+
+
+def test_lfilter_state_continues_a_split_signal():
+    # filtering x in two pieces, handing the state on, is filtering it whole
+    b, a, x = rand(3), np.array([1.0, -0.4, 0.1]), rand(10)
+
+    def pieces(x):
+        y1, z = signal.lfilter(b, a, x[:4], zi=0 * x[:2])
+        return np.concatenate([y1, signal.lfilter(b, a, x[4:], zi=z)[0]])
+    np.testing.assert_allclose(pieces(x), ss.lfilter(b, a, x), rtol=1e-12)
+    np.testing.assert_allclose(mp.jacobian(pieces)(x),
+                               mp.jacobian(lambda x: signal.lfilter(b, a, x))(x), atol=1e-12)
 
 
 def test_float32():

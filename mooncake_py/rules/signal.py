@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import array_module as am
 from ..errors import MissingRuleError
-from .registry import rrule, frule, primitive
+from .registry import rrule, frule, primitive, _has_wrapper
 from .broadcasting import shape_of
 from .lanes import align
 from .linear_algebra import _pad, _dtype, _tan, _addt
@@ -172,10 +172,16 @@ def _correlate_f(primals, tangents, **kw):
 
 # --- lfilter ----------------------------------------------------------------------------------
 @primitive
+def _iir(b, a, x, axis=-1):
+    """``scipy.signal.lfilter(b, a, x, axis)`` with no initial state: the primitive whose rules
+    :func:`lfilter` uses."""
+    return _sig().lfilter(b, a, x, axis=axis)
+
+
 def lfilter(b, a, x, axis=-1, zi=None):
     """Filter ``x`` along ``axis`` with the rational transfer function b(z)/a(z) (an IIR or FIR
-    filter), as ``scipy.signal.lfilter``; differentiable in ``b``, ``a`` and ``x``
-    (``zi``, the initial state, is not differentiated).
+    filter), as ``scipy.signal.lfilter``; differentiable in ``b``, ``a``, ``x`` and the initial
+    state ``zi`` (then ``(y, zf)`` is returned, as SciPy does).
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -185,8 +191,56 @@ def lfilter(b, a, x, axis=-1, zi=None):
         >>> float(mp.grad(lambda p: np.sum(signal.lfilter([1.0], [1.0, p],
         ...                                               np.array([1.0, 0.0, 0.0]))))(-0.5))
         -2.0
+        >>> float(mp.grad(lambda z: np.sum(signal.lfilter([1.0], [1.0, -0.5], np.zeros(3),
+        ...                                               zi=np.stack([z]))[0]))(1.0))
+        1.75
     """
+    if zi is None:
+        return _iir(b, a, x, axis)
+    if _has_wrapper((b, a, x, zi), {}):
+        return _lfilter_with_state(b, a, x, axis, zi)
     return _sig().lfilter(b, a, x, axis=axis, zi=zi)
+
+
+def _lfilter_with_state(b, a, x, axis, zi):
+    """(y, zf) of a filter started in state ``zi`` (direct form II transposed, normalised by
+    a₀, as SciPy): y adds the zero-input response, A(z) y_zi = a₀ zi (zi padded with zeros),
+    and zf[i] = Σ_{k>i} (b̃_k x[N+i−k] − ã_k y[N+i−k]) + zi[i+N] (terms inside the signal)."""
+    b, a = _coefs(b), _coefs(a)
+    nd = len(shape_of(x))
+    ax = int(axis) % nd
+    n, nb, na = shape_of(x)[ax], shape_of(b)[0], shape_of(a)[0]
+    k = max(nb, na) - 1
+    if shape_of(zi)[ax] != k:
+        raise ValueError(f"Unexpected shape for zi: expected {k} along axis {axis}, found "
+                         f"{tuple(shape_of(zi))}.")
+
+    def at(v, i):  # v[..., i, ...] on the filter axis, that axis kept (size 1)
+        return v[(slice(None),) * ax + (slice(i, i + 1),)]
+
+    def along(v, start, stop):
+        return v[(slice(None),) * ax + (slice(start, stop),)]
+
+    if n >= k:
+        pad_shape = tuple(n - k if i == ax else s for i, s in enumerate(shape_of(zi)))
+        zpad = np.concatenate([zi, am.zeros(pad_shape, dtype=_dtype(zi), like=zi)], axis=ax)
+    else:
+        zpad = along(zi, 0, n)
+    y = _iir(b, a, x, ax) + _iir(a[:1], a, zpad, ax)
+    bt, at_ = b / a[0], a / a[0]
+    zf = []
+    for i in range(k):
+        total = at(zi, i + n) if i + n < k else None
+        for j in range(i + 1, k + 1):
+            m = n + i - j
+            if m < 0:
+                continue
+            if j < nb:
+                total = _addt(total, bt[j] * at(x, m))
+            if j < na:
+                total = _addt(total, -at_[j] * at(y, m))
+        zf.append(total if total is not None else 0 * at(zi, i))
+    return y, np.concatenate(zf, axis=ax)
 
 
 def _lagged_sums(v, x, k_count, axis):
@@ -202,10 +256,7 @@ def _lagged_sums(v, x, k_count, axis):
     return np.stack(out)
 
 
-def _check_lfilter(b, a, zi):
-    if zi is not None:
-        raise MissingRuleError("scipy.signal.lfilter with zi= (initial conditions) is not "
-                               "differentiated by mooncake_py; call it without zi.")
+def _check_lfilter(b, a):
     if len(shape_of(b)) > 1 or len(shape_of(a)) > 1:
         raise ValueError("scipy.signal.lfilter: b and a must be 1-D")
 
@@ -237,16 +288,16 @@ def _one(like):
     return am.ones((1,), dtype=_dtype(like), like=like)
 
 
-@rrule(lfilter, needs=True)
-def _lfilter(needs, b, a, x, axis=-1, zi=None):
+@rrule(_iir, needs=True)
+def _lfilter(needs, b, a, x, axis=-1):
     b_arg, a_arg = b, a
     b, a = _coefs(b), _coefs(a)
-    _check_lfilter(b, a, zi)
-    y = lfilter(b, a, x, axis)
+    _check_lfilter(b, a)
+    y = _iir(b, a, x, axis)
     ax = int(axis) % len(shape_of(x))
 
     def backwards(num, g):
-        return np.flip(lfilter(num, a, np.flip(g, ax), ax), ax)
+        return np.flip(_iir(num, a, np.flip(g, ax), ax), ax)
 
     def pullback(g):
         gb = ga = gx = None
@@ -273,14 +324,14 @@ def _lane_lagged(dc, z, ax):
     return total
 
 
-@frule(lfilter, lanes=True)
+@frule(_iir, lanes=True)
 def _lfilter_f(primals, tangents, **kw):
     db, da, dx = (_seq_tangent(_tan(tangents, i)) for i in range(3))
 
-    def go(b, a, x, axis=-1, zi=None):
+    def go(b, a, x, axis=-1):
         b, a = _coefs(b), _coefs(a)
-        _check_lfilter(b, a, zi)
-        y = lfilter(b, a, x, axis)
+        _check_lfilter(b, a)
+        y = _iir(b, a, x, axis)
         nd = len(shape_of(x))
         ax = int(axis) % nd
         r = None
@@ -288,9 +339,9 @@ def _lfilter_f(primals, tangents, **kw):
             r = _lane_lagged(db, x, ax)
         if da is not None:
             r = _addt(r, -_lane_lagged(da, y, ax))
-        t = None if r is None else lfilter(_one(r), a, r, ax + 1)
+        t = None if r is None else _iir(_one(r), a, r, ax + 1)
         if dx is not None:
-            t = _addt(t, lfilter(b, a, align(dx, nd), ax + 1))
+            t = _addt(t, _iir(b, a, align(dx, nd), ax + 1))
         return y, t
     return go(*primals, **kw)
 
@@ -300,4 +351,4 @@ def _lfilter_f(primals, tangents, **kw):
 from .complex import declare_complex  # noqa: E402
 
 declare_complex(convolve, holomorphic=True)
-declare_complex(lfilter, holomorphic=True)
+declare_complex(_iir, holomorphic=True)
