@@ -153,6 +153,28 @@ def test_lfilter_state_continues_a_split_signal():
                                mp.jacobian(lambda x: signal.lfilter(b, a, x))(x), atol=1e-12)
 
 
+def test_lfilter_zi():
+    test_rule(signal.lfilter_zi, np.array([0.2, 0.3, 0.1]), np.array([1.0, -0.5, 0.2]))
+    test_rule(signal.lfilter_zi, rand(4), np.array([2.0, 0.5, -0.1]))
+
+
+@pytest.mark.parametrize("kw,shape", [({}, (20,)), (dict(padtype="even"), (20,)),
+                                      (dict(padtype="constant"), (3, 20)),
+                                      (dict(padtype=None), (15,)), (dict(padlen=4, axis=0), (12, 2))])
+def test_filtfilt(kw, shape):
+    b, a, x = np.array([0.2, 0.3, 0.1]), np.array([1.0, -0.5, 0.2]), rand(*shape)
+    np.testing.assert_allclose(signal.filtfilt(b, a, x, **kw), ss.filtfilt(b, a, x, **kw),
+                               rtol=1e-12)
+    test_rule(lambda b, a, x: signal.filtfilt(b, a, x, **kw), b, a, x, ndirs=1)
+
+
+def test_filtfilt_refusals():
+    with pytest.raises(mp.MissingRuleError, match="gust"):
+        mp.grad(lambda x: np.sum(signal.filtfilt([1.0], [1.0, -0.2], x, method="gust")))(rand(20))
+    with pytest.raises(ValueError, match="padlen"):
+        mp.grad(lambda x: np.sum(signal.filtfilt([1.0], [1.0, -0.2], x)))(rand(5))
+
+
 def test_float32():
     x = rand(6).astype(np.float32)
     for f in (lambda x: signal.convolve(x, x, "same"),
