@@ -36,19 +36,31 @@ _SEQ = (list, tuple)
 class Tag:
     """One forward-mode transformation: its nesting level and its lane count (0: no lanes).
     ``complex``: whether a complex value has been perturbed by it; from then on every op checks
-    that its rule holds for the complex values it is given (real-only tags never pay for it)."""
-    __slots__ = ("level", "lanes", "complex", "closed")
+    that its rule holds for the complex values it is given. ``_watch`` is set when either this
+    or ``closed`` is: the dispatch tests that one flag, so open real-only tags pay for neither."""
+    __slots__ = ("level", "lanes", "_complex", "closed", "_watch")
 
     def __init__(self, lanes=0):
         self.level = new_level()
         self.lanes = lanes
-        self.complex = False
+        self._complex = False
         self.closed = False  # set when the jvp/hvp that made the tag returns (see close)
+        self._watch = False
+
+    @property
+    def complex(self):
+        return self._complex
+
+    @complex.setter
+    def complex(self, value):
+        self._complex = bool(value)
+        self._watch = self._complex or self.closed
 
     def close(self):
         """The transformation has returned: its duals that escaped (saved by ``f`` in a list or
         a global) raise EscapedValueError when used, instead of acting as live duals."""
         self.closed = True
+        self._watch = True
 
     def __repr__(self):
         return f"Tag(level={self.level}, lanes={self.lanes})"
@@ -205,8 +217,11 @@ def _write_out(fn, o, r, where):
 
 # --- the forward dispatch -------------------------------------------------------------------
 def _apply(tag, fn, args, kwargs):
-    if tag.closed:
-        raise EscapedValueError(escaped_message("dual", fn_name(fn)))
+    if tag._watch:
+        if tag.closed:
+            raise EscapedValueError(escaped_message("dual", fn_name(fn)))
+        if has_complex(args) or (kwargs and has_complex(kwargs.values())):
+            check_complex_call(fn)
     if kwargs:
         if "out" in kwargs:
             o = kwargs["out"]
@@ -230,8 +245,6 @@ def _apply(tag, fn, args, kwargs):
         else:
             primals.append(a)
             tangents.append(None)
-    if tag.complex and has_complex(primals):
-        check_complex_call(fn)
     rule = FRULES.get(fn)
     if rule is None:
         mutator = MUTATORS.get(fn) or COMPOSITES.get(fn)
