@@ -32,7 +32,13 @@ from .elementwise import ew_pullback
 
 
 def is_complex(x):
-    """Whether ``x`` (an array, a wrapped array or a number) has a complex dtype."""
+    """Whether ``x`` (an array, a wrapped array or a number) has a complex dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> is_complex(np.ones(2, np.complex64)), is_complex(1j), is_complex(np.ones(2))
+        (True, True, False)
+    """
     dt = getattr(x, "dtype", None)
     if dt is not None:
         return getattr(dt, "kind", None) == "c"  # (a scalar type's dtype is a descriptor)
@@ -103,7 +109,17 @@ def declare_complex(fn, holomorphic):
 
 
 def check_complex_call(fn):
-    """Raise MissingRuleError unless ``fn``'s rules carry complex values correctly."""
+    """Raise MissingRuleError unless ``fn``'s rules carry complex values correctly.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> check_complex_call(np.exp)   # holomorphic: fine
+        >>> try:
+        ...     check_complex_call(np.maximum)
+        ... except mp.MissingRuleError as e:
+        ...     print(str(e)[:45])
+        np.maximum was called on complex values, and
+    """
     if fn in HOLOMORPHIC or fn in STRUCTURAL or fn in EXPLICIT:
         return
     if fn not in REFUSED and (fn in ZERO_DERIVATIVE or fn in COMPOSITES or fn in MUTATORS):
@@ -118,7 +134,13 @@ def check_complex_call(fn):
 
 
 def has_complex(values):
-    """Whether any value (or element of a list/tuple value) is complex."""
+    """Whether any value (or element of a list/tuple value) is complex.
+
+    Example:
+        >>> import numpy as np
+        >>> has_complex([np.ones(2), [np.ones(1), 1j]]), has_complex([np.ones(2), 2.0])
+        (True, False)
+    """
     for v in values:
         if type(v) in (list, tuple):
             if any(is_complex(b) for b in v):
@@ -153,7 +175,13 @@ def _conj(c):
 
 def real_inputs(parents, vals):
     """Per positional argument, the dtype of a tracked real input (whose cotangent must be real),
-    None for the others, a tuple for a list argument; None if no tracked input is real."""
+    None for the others, a tuple for a list argument; None if no tracked input is real.
+
+    Example (``parents``: the tape nodes of the arguments, None for constants):
+        >>> import numpy as np
+        >>> real_inputs((3, None, (4, 5)), (np.ones(2), 2.0, [np.ones(2, complex), np.ones(2)]))
+        (dtype('float64'), None, (None, dtype('float64')))
+    """
     out, any_real = [], False
     for p, v in zip(parents, vals):
         if p is None:
@@ -287,7 +315,14 @@ RRULES[np.absolute] = _abs_rule
 
 def abs_frule(real_native):
     """The lane-native frule of np.absolute: ``Re(conj(z)·ż)/|z|`` for complex ``z``, else
-    ``real_native`` (the derivative table's). The dual layer registers it."""
+    ``real_native`` (the derivative table's). The dual layer registers it.
+
+    Example:
+        >>> import numpy as np
+        >>> native = abs_frule(None)   # (complex inputs never reach the real rule)
+        >>> native((np.array([3 + 4j]),), (np.array([1 + 0j]),), 0, {})
+        (array([5.]), array([0.6]))
+    """
     def native(primals, tangents, lanes, kwargs):
         z, dz = primals[0], tangents[0]
         if not is_complex(z):
