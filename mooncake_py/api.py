@@ -294,9 +294,14 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
     """
     single = isinstance(argnums, int)
     what = f"the arguments of {_fname(f)}"
+    fast = type(argnums) is int and not has_aux
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
+        if fast:
+            r = _fast_value_and_grad(f, argnums, args, kwargs)
+            if r is not None:
+                return r
         nums = _norm_argnums(argnums, len(args), f)
         am.module_of(*[args[i] for i in nums], what=what)
         tape = Tape()
@@ -314,6 +319,37 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
             return (_unwrap_out(y), plain(aux)), grads[0] if single else tuple(grads)
         return _unwrap_out(y), grads[0] if single else tuple(grads)
     return value_and_grad_f
+
+
+_FAST_LEAVES = (np.ndarray, np.float64, float)
+
+
+def _fast_value_and_grad(f, argnum, args, kwargs):
+    """value_and_grad for the common call, one float64 ndarray (or float) differentiated and a
+    float64 scalar returned, without the general path's pytree, argnums and output handling:
+    the same steps, each on the one leaf it would have found. None when the call is not of that
+    kind (then the general path runs, and raises where it should)."""
+    n = len(args)
+    if not -n <= argnum < n:
+        return None
+    i = argnum % n
+    x = args[i]
+    tx = type(x)
+    if tx not in _FAST_LEAVES or (tx is np.ndarray and x.dtype.type is not np.float64):
+        return None
+    tape = Tape()
+    with gc_paused():
+        try:
+            t = tape._new(x, None, None) if tx is np.ndarray else tape.track(x)
+            entry = TrackedArray(t._value, tape, t._node)
+            y = f(*args[:i], t, *args[i + 1:], **kwargs)
+            v = y._value if type(y) is TrackedArray else y
+            if type(v) is not np.float64 and type(v) is not float:
+                _check_scalar(f, y)
+            g = tape.gradient(y, [entry])[0]
+        finally:
+            tape.close()
+    return _unwrap_out(y), _as_gradient(g, x)
 
 
 def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,

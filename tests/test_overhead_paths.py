@@ -133,3 +133,11 @@ def test_two_dimensional_reads():
     a = np.arange(1.0, 5.0).reshape(2, 2)
     np.testing.assert_array_equal(mp.grad(f)(a), _general(mp.grad(f), a))
     np.testing.assert_array_equal(mp.grad(f)(a), [[0.0, 3.0], [2.0, 1.0]])
+
+
+def test_division_by_python_zero_follows_numpy():
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = mp.grad(lambda x: x[0] / 0.0 + x[1] / 0)(np.array([1.0, 2.0]))
+        g0 = _general(mp.grad(lambda x: x[0] / 0.0 + x[1] / 0), np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(g, g0)
+    assert np.isinf(g).all()

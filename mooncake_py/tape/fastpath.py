@@ -17,6 +17,7 @@ import operator
 import numpy as np
 
 from ..array_ops import ArrayOps
+from ..rules.derivative_table import _div as div
 from .pullbacks import ItemRead
 from .tape import Tape, _SWEEPING
 from .tracked import TrackedArray
@@ -65,9 +66,9 @@ def _pb_mul(a, b, y, which):
         if which == 1 else (lambda g: (None, g * a))
 
 
-def _pb_div(a, b, y, which):
-    return (lambda g: (g * (1 / b), g * (-y / b))) if which == 0 else \
-        (lambda g: (g * (1 / b), None)) if which == 1 else (lambda g: (None, g * (-y / b)))
+def _pb_div(a, b, y, which):  # (div: NumPy's division also for a Python-number b = 0)
+    return (lambda g: (g * div(1, b), g * div(-y, b))) if which == 0 else \
+        (lambda g: (g * div(1, b), None)) if which == 1 else (lambda g: (None, g * div(-y, b)))
 
 
 def _binary(ufunc, op, pullback, reflected):

@@ -411,11 +411,13 @@ class Tape:
         start = -1
         for yi, s in zip(ys, seeds):
             if type(yi) is TrackedArray and yi._tape is self:
-                _accumulate(cts, owned, yi._node,
-                            np.ones_like(innermost(yi._value)) if s is None else s)
+                if s is None:  # (np.ones_like costs µs: a float64 scalar's seed is made directly)
+                    v = yi._value
+                    s = np.array(1.0) if type(v) is _F64 else np.ones_like(innermost(v))
+                _accumulate(cts, owned, yi._node, s)
                 start = max(start, yi._node)
         if start >= 0:
-            self._sweep(cts, start, set(w for w in want if w is not None), owned)
+            self._sweep(cts, start, {w for w in want if w is not None}, owned)
         return [cts[w] if w is not None and cts[w] is not None else _zeros_like(x)
                 for w, x in zip(want, xs)]
 
@@ -444,7 +446,8 @@ class Tape:
                 if i not in keep:
                     cts[i] = None
                 tg = type(g)
-                if type(pb) is ItemRead and tg is _F64:
+                if type(pb) is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
+                                             and g.dtype.type is _F64):
                     p = parents[i][0]
                     cur = cts[p]
                     if type(cur) is np.ndarray and p in owned:
