@@ -77,7 +77,7 @@ STRUCTURAL.update([operator.getitem, np.append, np.atleast_1d, np.atleast_2d, np
 # Rules that look at the dtype of their inputs themselves (registered here and in
 # linear_algebra.py and fft.py).
 EXPLICIT = {np.absolute, np.real, np.imag, np.conjugate, np.angle, astype, np.vdot,
-            np.linalg.slogdet}
+            np.linalg.slogdet, np.var, np.std, np.nanvar, np.nanstd}
 
 # Functions NumPy defines on complex values that must not pass here: np.sign(z) = z/|z| is not
 # piecewise constant as on the reals; the compositions of np.gradient, np.nan_to_num, np.cov and

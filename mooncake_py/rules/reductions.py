@@ -449,7 +449,12 @@ def _var_frule(np_fn, nan, root):
     def rule(x, dx, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
         y = np_fn(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
         c, scale = _centered_scale(x, axis, ddof, kw, _where_kw(kw, x if nan else None))
-        s = np.sum(dx * (c * scale), axis=lane_axes(axis, len(shape_of(x))), keepdims=keepdims)
+        cs = c * scale
+        if dtype_of(x).kind == "c":  # var = mean |x - m|²: 2 Re Σ conj(x - m)·dx / (N - ddof)
+            s = np.sum(np.real(np.conjugate(cs) * dx), axis=lane_axes(axis, len(shape_of(x))),
+                       keepdims=keepdims)
+        else:
+            s = np.sum(dx * cs, axis=lane_axes(axis, len(shape_of(x))), keepdims=keepdims)
         if not root:
             return y, 2 * s
         flat = am.asarray(y == 0)
