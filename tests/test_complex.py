@@ -439,3 +439,13 @@ def test_large_real_input_with_complex_constants_skips_the_fused_kernels():
     h = 1e-5
     fd = (mp.grad(f)(x + h * v) - mp.grad(f)(x - h * v)) / (2 * h)
     np.testing.assert_allclose(mp.hvp(f)(x, v), fd, rtol=1e-6, atol=1e-6)
+
+
+def test_hvp_with_lanes_of_complex_directions():
+    z, V = c(3), c(4, 3)
+    f = lambda z: np.sum(np.abs(z) ** 4) + np.real(np.sum(np.fft.fft(z) ** 3)) + np.angle(z[0])  # noqa
+    H = mp.hvp(f, lanes=True)(z, V)
+    np.testing.assert_allclose(H, np.stack([mp.hvp(f)(z, v) for v in V]), rtol=1e-12)
+    h = 1e-5
+    fd = (mp.grad(f)(z + h * V[1]) - mp.grad(f)(z - h * V[1])) / (2 * h)
+    np.testing.assert_allclose(H[1], fd, rtol=1e-6, atol=1e-7)
