@@ -117,7 +117,7 @@ def _move(trace, fn, args, kwargs):
     """Run ``fn`` on integer arrays of row numbers in place of the pattern operands (and zeros,
     "no dependency", in place of float constants): ``fn`` only moves elements, so its result says
     which row every output element takes."""
-    tables = [trace.constant_rows(1)]
+    tables = [None]  # row 0, "no dependency": made only if a fill or a constant needs it
     offset = [1]
 
     def as_index(a):
@@ -148,6 +148,7 @@ def _move(trace, fn, args, kwargs):
         if len(tables) == 2 and (i.size == 0 or i.min() > 0):
             return R.gather(tables[1], i - 1)  # one operand, no fill: skip building the table
         if not table:
+            tables[0] = trace.constant_rows(1)
             table.append(R.sparse().vstack(tables, format="csr"))
         return R.gather(table[0], i)
 
