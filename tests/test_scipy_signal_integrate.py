@@ -213,6 +213,28 @@ def test_integrate_lists_of_tracked_samples():
         assert np.isclose(f(0.7), fn([0.7, 0.49, np.sin(0.7), 1.0], x=x))
 
 
+CUMSIMP = [((7,), {}), ((6,), dict(x=XS[:6])), ((7,), dict(dx=0.3)),
+           ((6, 2), dict(x=XS[:6], axis=0)), ((2, 5), dict(initial=0.5)), ((2,), {}),
+           ((2,), dict(initial=0))]
+
+
+@pytest.mark.parametrize("shape,kw", CUMSIMP)
+def test_cumulative_simpson(shape, kw):
+    y = rand(*shape)
+    tracked, _ = mp.vjp(lambda y: integrate.cumulative_simpson(y, **kw), y)
+    np.testing.assert_allclose(tracked, si.cumulative_simpson(y, **kw), rtol=1e-12, atol=1e-14)
+    test_rule(lambda y: integrate.cumulative_simpson(y, **kw), y)
+
+
+def test_cumulative_simpson_nodes_spacing_initial():
+    y = rand(7)
+    test_rule(lambda y, x: integrate.cumulative_simpson(y, x=x), y, XS)
+    test_rule(lambda y, dx: integrate.cumulative_simpson(y, dx=dx), y, 0.3)
+    test_rule(lambda y, c: integrate.cumulative_simpson(y, initial=c), y, 0.5)
+    with pytest.raises(ValueError, match="increasing"):
+        mp.grad(lambda y: np.sum(integrate.cumulative_simpson(y, x=XS[::-1])))(y)
+
+
 def test_cumulative_trapezoid_initial():
     test_rule(lambda y: integrate.cumulative_trapezoid(y, initial=0), rand(5))
     with pytest.raises(ValueError, match="initial"):

@@ -1,5 +1,5 @@
 """Differentiable mirror of ``scipy.integrate``'s sample-based rules: ``trapezoid``,
-``simpson`` and ``cumulative_trapezoid``.
+``simpson``, ``cumulative_trapezoid`` and ``cumulative_simpson``.
 
 Plain arrays go straight to SciPy. Tracked or dual ``y``, ``x`` or ``dx`` use SciPy's own
 formulas written with slicing, products and sums, whose rules exist: the rules are linear in
@@ -19,7 +19,7 @@ import numpy as np
 from ..rules.registry import primitive, composite, _has_wrapper
 from ..rules.broadcasting import shape_of
 
-__all__ = ["trapezoid", "simpson", "cumulative_trapezoid"]
+__all__ = ["trapezoid", "simpson", "cumulative_trapezoid", "cumulative_simpson"]
 
 _integrate = []
 
@@ -185,3 +185,85 @@ def _simpson(y, x=None, *, dx=1.0, axis=-1):
     beta = _safe_div(h1 ** 2 + 3.0 * h0 * h1, 6 * h0)
     eta = _safe_div(1 * h1 ** 3, 6 * h0 * (h0 + h1))
     return result + alpha * y[last] + beta * y[second] - eta * y[third]
+
+
+def cumulative_simpson(y, *, x=None, dx=1.0, axis=-1, initial=None):
+    """The running integral of ``y`` by Simpson's rule, as ``scipy.integrate.cumulative_simpson``
+    (each interval from the parabola through it and a neighbour); differentiable in ``y``,
+    ``x``, ``dx`` and ``initial``.
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py.scipy import integrate
+        >>> x = np.linspace(0.0, 2.0, 5)
+        >>> integrate.cumulative_simpson(x ** 2, x=x, initial=0)   # x³/3, exact for parabolas
+        array([0.        , 0.04166667, 0.33333333, 1.125     , 2.66666667])
+    """
+    if _has_wrapper((y, x, dx, initial), {}):
+        # called directly, as simpson is: the parameters are keyword-only
+        return _cumulative_simpson(_arr(y), _arr(x), dx, axis, initial)
+    return _si().cumulative_simpson(y, x=x, dx=dx, axis=axis, initial=initial)
+
+
+def _simpson_pieces_equal(y, d):
+    """Each first-half interval's integral for equal spacings (SciPy's eqn (10))."""
+    f1, f2, f3 = y[..., :-2], y[..., 1:-1], y[..., 2:]
+    return d[..., :-1] / 3 * (5 * f1 / 4 + 2 * f2 - f3 / 4)
+
+
+def _simpson_pieces_unequal(y, d):
+    """Each first-half interval's integral for unequal spacings (SciPy's eqn (8))."""
+    x21, x32 = d[..., :-1], d[..., 1:]
+    f1, f2, f3 = y[..., :-2], y[..., 1:-1], y[..., 2:]
+    x31 = x21 + x32
+    x21_x31 = x21 / x31
+    x21x21_x31x32 = x21_x31 * (x21 / x32)
+    return x21 / 6 * ((3 - x21_x31) * f1 + (3 + x21x21_x31x32 + x21_x31) * f2
+                      - x21x21_x31x32 * f3)
+
+
+def _cumulative_simpson(y, x, dx, axis, initial):
+    shape = shape_of(y)
+    nd = len(shape)
+    ax = int(axis) % nd
+    n = shape[ax]
+    if n < 3:
+        res = np.swapaxes(_cumulative_trapezoid(y, x, dx, ax, None), ax, -1)
+    else:
+        ym = np.swapaxes(y, ax, -1)
+        if x is not None:
+            if not (tuple(shape_of(x)) == tuple(shape)
+                    or (len(shape_of(x)) == 1 and shape_of(x)[0] == n)):
+                raise ValueError("If given, shape of `x` must be the same as `y` or 1-D with "
+                                 "the same length as `y` along `axis`.")
+            xm = (np.broadcast_to(x, shape_of(ym)) if len(shape_of(x)) == 1
+                  else np.swapaxes(x, ax, -1))
+            d = xm[..., 1:] - xm[..., :-1]
+            if np.any(d <= 0):
+                raise ValueError("Input x must be strictly increasing.")
+            pieces = _simpson_pieces_unequal
+        else:
+            if len(shape_of(dx)) and tuple(shape_of(dx)) != tuple(
+                    1 if i == ax else s for i, s in enumerate(shape)):
+                raise ValueError("If provided, `dx` must either be a scalar or have the same "
+                                 "shape as `y` but with only 1 point along `axis`.")
+            d = np.broadcast_to(np.swapaxes(dx, ax, -1) if len(shape_of(dx)) else dx,
+                                tuple(shape_of(ym)[:-1]) + (n - 1,))
+            pieces = _simpson_pieces_equal
+        h1 = pieces(ym, d)
+        h2 = np.flip(pieces(np.flip(ym, -1), np.flip(d, -1)), -1)
+        # interval p: h1[p] for even p, h2[p − 1] for odd p, and the last one from h2 alone
+        m = n - 1
+        both = np.concatenate([h1, h2], axis=-1)
+        idx = [m - 2 + (n - 2) if p == m - 1 else (p if p % 2 == 0 else n - 2 + p - 1)
+               for p in range(m)]
+        res = np.cumsum(np.take(both, idx, axis=-1), axis=-1)
+    if initial is not None:
+        first = tuple(1 if i == ax else s for i, s in enumerate(shape))
+        if len(shape_of(initial)) and tuple(shape_of(initial)) != first:
+            raise ValueError("If provided, `initial` must either be a scalar or have the "
+                             "same shape as `y` but with only 1 point along `axis`.")
+        init = np.swapaxes(np.broadcast_to(initial, first), ax, -1)
+        init = init + 0 * res[..., :1]
+        res = np.concatenate([init, res + init], axis=-1)
+    return np.swapaxes(res, -1, ax)
