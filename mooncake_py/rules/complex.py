@@ -76,13 +76,12 @@ STRUCTURAL.update([operator.getitem, np.append, np.atleast_1d, np.atleast_2d, np
 
 # Rules that look at the dtype of their inputs themselves (registered here and in
 # linear_algebra.py and fft.py).
-EXPLICIT = {np.absolute, np.real, np.imag, np.conjugate, np.angle, astype, np.vdot,
+EXPLICIT = {np.absolute, np.real, np.imag, np.conjugate, np.angle, np.sign, astype, np.vdot,
             np.linalg.slogdet, np.var, np.std, np.nanvar, np.nanstd}
 
-# Functions NumPy defines on complex values that must not pass here: np.sign(z) = z/|z| is not
-# piecewise constant as on the reals; the compositions of np.gradient, np.nan_to_num, np.cov and
-# np.unique_values do not compute NumPy's complex results.
-REFUSED = {np.sign, np.gradient, np.nan_to_num, np.cov, np.unique_values}
+# Functions NumPy defines on complex values that must not pass here: the compositions of
+# np.gradient, np.nan_to_num, np.cov and np.unique_values do not compute NumPy's complex results.
+REFUSED = {np.gradient, np.nan_to_num, np.cov, np.unique_values}
 
 
 def declare_complex(fn, holomorphic):
@@ -296,6 +295,25 @@ def _angle_f(primals, tangents, deg=False):
         return out, None
     scale = 180 / np.pi if deg else 1.0
     return out, np.imag(dz * np.conjugate(z)) * scale / _safe(np.real(z * np.conjugate(z)))
+
+
+@rrule(np.sign)
+def _sign(x, **kw):
+    y = np.sign(x, **kw)
+    if not is_complex(x):
+        return y, None  # piecewise constant on the reals
+    r = _safe(np.absolute(x))
+    # sign(z) = z/|z| moves only along the circle: ż ↦ (ż − y·Re(conj(y)·ż))/|z|, self-adjoint
+    return y, lambda g: ((g - y * np.real(np.conjugate(y) * g)) / r,)
+
+
+@frule(np.sign, lanes=True)
+def _sign_f(primals, tangents, **kw):
+    x, dx = primals[0], tangents[0]
+    y = np.sign(x, **kw)
+    if dx is None or not is_complex(x):
+        return y, None
+    return y, (dx - y * np.real(np.conjugate(y) * dx)) / _safe(np.absolute(x))
 
 
 _real_abs_rule = RRULES[np.absolute]
