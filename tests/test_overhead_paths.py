@@ -141,3 +141,63 @@ def test_division_by_python_zero_follows_numpy():
         g0 = _general(mp.grad(lambda x: x[0] / 0.0 + x[1] / 0), np.array([1.0, 2.0]))
     np.testing.assert_array_equal(g, g0)
     assert np.isinf(g).all()
+
+
+# --- BLAS threads: medium-sized linear algebra runs on one OpenBLAS thread -------------------
+def test_single_threaded_nests_and_restores():
+    from mooncake_py import blas_threads as bt
+    original = [get() for get, _ in bt._handles()]
+    try:
+        for _, put in bt._handles():  # (conftest pins one thread: make the limit visible)
+            put(2)
+        with bt.single_threaded():
+            with bt.single_threaded():
+                assert all(get() == 1 for get, _ in bt._handles())
+            assert all(get() == 1 for get, _ in bt._handles())
+        assert all(get() == 2 for get, _ in bt._handles())
+        assert bt._active == 0
+    finally:
+        for (_, put), n in zip(bt._handles(), original):
+            put(n)
+
+
+def test_single_threaded_restores_after_an_error():
+    from mooncake_py import blas_threads as bt
+    before = [get() for get, _ in bt._handles()]
+    with pytest.raises(np.linalg.LinAlgError):
+        with bt.single_threaded():
+            np.linalg.cholesky(-np.eye(40))
+    assert [get() for get, _ in bt._handles()] == before and bt._active == 0
+
+
+def test_small_decides_by_size():
+    from mooncake_py.blas_threads import small, single_threaded
+    one = single_threaded()
+    assert small(np.ones((64, 64)), np.ones(64)) is one
+    assert small(np.ones((4, 4))) is not one          # tiny: OpenBLAS stays serial anyway
+    assert small(np.ones((64, 64)), np.ones((2000, 64))) is not one   # large: keep threads
+    assert small(np.ones(10 ** 6)) is not one         # vectors alone: no matrix call
+    with Tape() as tape:
+        assert small(tape.track(np.ones((64, 64)))) is one
+
+
+def test_gp_gradient_and_hvp_with_limited_blas():
+    import scipy.linalg
+    rng = np.random.default_rng(1)
+    x, y = 0.2 * np.arange(64.0), rng.standard_normal(64)
+
+    def f(s):
+        K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2) + s * np.eye(64)
+        L = np.linalg.cholesky(K)
+        a = mp.linalg.solve_triangular(L, y, lower=True)
+        return -0.5 * np.sum(a ** 2) - np.sum(np.log(np.diag(L)))
+
+    def ref(s):
+        K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2) + s * np.eye(64)
+        a = scipy.linalg.solve(K, y, assume_a="pos")
+        Ki = np.linalg.inv(K)
+        return 0.5 * a @ a - 0.5 * np.trace(Ki)
+    np.testing.assert_allclose(mp.grad(f)(1.3), ref(1.3), rtol=1e-9)
+    h = mp.hvp(f)(1.3, 1.0)
+    fd = (ref(1.3 + 1e-5) - ref(1.3 - 1e-5)) / 2e-5
+    np.testing.assert_allclose(h, fd, rtol=1e-5)

@@ -9,6 +9,10 @@ from . import (differences, convolution, interpolation, sorting, construction,  
 from . import decompositions, signal  # noqa: F401
 from . import complex, fft  # noqa: F401,E402  (last: complex reads and overrides the families' rules)
 
+# Medium-sized BLAS/LAPACK calls in rules run on one OpenBLAS thread (see blas_threads.py).
+from ..blas_threads import limit_small_calls  # noqa: E402
+limit_small_calls(RRULES, FRULES)
+
 # The rules shipped with mooncake_py (the derivative table's late scipy section included); the
 # tape checks the cotangents of every other one.
 BUILTIN_RRULES = set(RRULES)

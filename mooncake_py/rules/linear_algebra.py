@@ -19,6 +19,7 @@ import string
 import numpy as np
 
 from .. import array_module as am
+from ..blas_threads import small as small_blas
 from .registry import rrule, frule, primitive, composite
 from .broadcasting import unbroadcast, shape_of
 from .lanes import align, lane_matmul, nlanes
@@ -811,8 +812,10 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     """
     sla = _sla(a, b, "mp.linalg.solve_triangular")
     if sla is not None:
-        return sla.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal,
-                                    overwrite_b=overwrite_b, check_finite=check_finite)
+        with small_blas(a, b):
+            return sla.solve_triangular(a, b, trans=trans, lower=lower,
+                                        unit_diagonal=unit_diagonal, overwrite_b=overwrite_b,
+                                        check_finite=check_finite)
     a = np.asarray(a)
     t = _triangle(a, lower, unit_diagonal)
     vec = np.ndim(b) == 1
@@ -882,7 +885,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         return st(c, y, trans=1 if lower else 0, lower=lower, check_finite=check_finite)
     sla = _sla()
     if sla is not None:
-        return sla.cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=check_finite)
+        with small_blas(c, b):
+            return sla.cho_solve((c, lower), b, overwrite_b=overwrite_b,
+                                 check_finite=check_finite)
     c = np.asarray(c)
     t = _triangle(c, lower, False)
     vec = np.ndim(b) == 1

@@ -1,0 +1,247 @@
+"""Keeping small BLAS/LAPACK calls off OpenBLAS's thread pool, with no extra dependency.
+
+OpenBLAS splits even a 100 × 100 triangular solve or Cholesky factorisation across its threads;
+waking them costs more than the work (tens of µs per call, more on a loaded machine), and a
+gradient makes several such calls per op. :func:`single_threaded` runs a block with every
+OpenBLAS loaded in the process (NumPy's and SciPy's bundle one each) set to one thread, through
+OpenBLAS's own ``openblas_set_num_threads`` (found with ctypes, as threadpoolctl does), and
+restores the previous counts afterwards. Where no OpenBLAS can be found (another BLAS, another
+platform) it does nothing.
+
+Rules use it for calls on small matrices only (:func:`small`): large ones keep every thread.
+"""
+import ctypes
+import functools
+import sys
+import threading
+
+import numpy as np
+
+from .dispatch import WRAPPER_TYPES
+
+# Matrices with at most this many rows run single-threaded inside rules (a 128 × 128 Cholesky
+# or solve takes ~50-200 µs on one core; splitting it across threads gains nothing).
+SMALL_N = 256
+# ... and at least this many (below ~64³ flops OpenBLAS stays on one thread by itself, so the
+# switch, ~1 µs, would be pure cost).
+MIN_N = 32
+
+_lock = threading.Lock()
+_active = 0
+_saved = []  # (setter, previous count) for the outermost single_threaded block
+_libs = None  # [(get, set)] for each OpenBLAS loaded
+_scanned_modules = -1
+
+_PREFIXES = ("openblas_", "scipy_openblas_")
+_SUFFIXES = ("64_", "")
+
+
+def _scan():
+    """The (get_num_threads, set_num_threads) pairs of every OpenBLAS mapped in the process."""
+    found, paths = [], []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "openblas" in parts[-1].lower() and parts[-1] not in paths:
+                    paths.append(parts[-1])
+    except OSError:
+        return found
+    for p in paths:
+        try:
+            lib = ctypes.CDLL(p)
+        except OSError:
+            continue
+        for pre in _PREFIXES:
+            for suf in _SUFFIXES:
+                get = getattr(lib, f"{pre}get_num_threads{suf}", None)
+                put = getattr(lib, f"{pre}set_num_threads{suf}", None)
+                if get is not None and put is not None:
+                    get.restype, get.argtypes = ctypes.c_int, []
+                    put.restype, put.argtypes = None, [ctypes.c_int]
+                    found.append((get, put))
+                    break
+            else:
+                continue
+            break
+    return found
+
+
+def _handles():
+    global _libs, _scanned_modules
+    n = len(sys.modules)
+    if n != _scanned_modules:  # a module imported since may have loaded another OpenBLAS
+        _libs, _scanned_modules = _scan(), n
+    return _libs
+
+
+class _SingleThreaded:
+    """Context manager of :func:`single_threaded`: nested and concurrent blocks share one
+    limit, set by the first to enter and lifted by the last to leave."""
+    __slots__ = ()
+
+    def __enter__(self):
+        global _active
+        with _lock:
+            if _active == 0:
+                for get, put in _handles():
+                    n = get()
+                    if n > 1:
+                        put(1)
+                        _saved.append((put, n))
+            _active += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _active
+        with _lock:
+            _active -= 1
+            if _active == 0:
+                while _saved:
+                    put, n = _saved.pop()
+                    put(n)
+        return False
+
+
+_SINGLE = _SingleThreaded()
+
+
+def single_threaded():
+    """A context manager: OpenBLAS calls inside it run on one thread.
+
+    Example:
+        >>> import numpy as np
+
+from .dispatch import WRAPPER_TYPES
+        >>> with single_threaded():
+        ...     L = np.linalg.cholesky(np.eye(3) * 4.0)
+        >>> L[0, 0]
+        np.float64(2.0)
+    """
+    return _SINGLE
+
+
+class _Nothing:
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+def _matrix_dims(a):
+    """The plain array inside ``a`` (through tracked/dual wrappers) when it is a NumPy array."""
+    while type(a) in WRAPPER_TYPES:
+        a = a._value
+    return a.shape if type(a) is np.ndarray else None
+
+
+def small(*arrays):
+    """:func:`single_threaded` for a BLAS/LAPACK call on ``arrays`` that OpenBLAS would thread
+    although it is too small to gain from it: some matrix has at least :data:`MIN_N` ²
+    entries and none has a side over :data:`SMALL_N`. Otherwise (tiny calls, which OpenBLAS
+    runs on one thread anyway; large ones; device arrays) a no-op context. Wrapped values
+    (tracked, dual) are judged by their plain values; lists and other arguments are ignored.
+
+    Example:
+        >>> import numpy as np
+
+from .dispatch import WRAPPER_TYPES
+        >>> small(np.eye(100)) is single_threaded(), small(np.eye(1000)) is single_threaded()
+        (True, False)
+    """
+    medium = False
+    for a in arrays:
+        t = type(a)
+        if t is not np.ndarray and t not in WRAPPER_TYPES:
+            if hasattr(a, "__cuda_array_interface__"):
+                return _NOTHING
+            continue
+        shape = _matrix_dims(a)
+        if shape is None:
+            return _NOTHING
+        if len(shape) >= 2:
+            m, n = shape[-2], shape[-1]
+            if m > SMALL_N or n > SMALL_N:
+                return _NOTHING
+            if m * n >= MIN_N * MIN_N:
+                medium = True
+    return _SINGLE if medium else _NOTHING
+
+
+def _limited_rrule(rule):
+    def limited(args, kwargs, needs):
+        ctx = small(*args)
+        if ctx is _NOTHING:
+            return rule(args, kwargs, needs)
+        with ctx:
+            out, pullback = rule(args, kwargs, needs)
+        if pullback is None:
+            return out, pullback
+        return out, _LimitedPullback(pullback)
+    limited.__name__ = getattr(rule, "__name__", "rrule")
+    limited.__wrapped__ = rule
+    return limited
+
+
+class _LimitedPullback:
+    """A pullback of a medium-sized BLAS call, run single-threaded like its forward call."""
+    __slots__ = ("pb",)
+
+    def __init__(self, pb):
+        self.pb = pb
+
+    def __call__(self, g):
+        with _SINGLE:
+            return self.pb(g)
+
+
+def _limited_frule(rule):
+    @functools.wraps(rule)
+    def limited(primals, tangents, **kw):
+        ctx = small(*primals)
+        if ctx is _NOTHING:
+            return rule(primals, tangents, **kw)
+        with ctx:
+            return rule(primals, tangents, **kw)
+    return limited
+
+
+def _blas_functions():
+    from .rules import linear_algebra as la
+    fns = [np.matmul, np.dot, np.inner, np.vdot, np.tensordot, np.einsum, np.kron,
+           la.solve_triangular, la.cho_solve]
+    fns += [getattr(np.linalg, n) for n in ("cholesky", "solve", "inv", "det", "slogdet", "eigh",
+                                              "eigvalsh", "svd", "pinv", "lstsq", "qr",
+                                              "matrix_power", "multi_dot")
+            if hasattr(np.linalg, n)]
+    return fns
+
+
+def limit_small_calls(rrules, frules):
+    """Wrap the reverse and forward rules of the BLAS/LAPACK functions (matmul, dot, einsum,
+    numpy.linalg, the triangular solves) so that, on medium-sized matrices (see :func:`small`),
+    the call and its pullback run single-threaded. Done once when the rules are loaded.
+
+    Example:
+        >>> from mooncake_py.rules.registry import RRULES
+        >>> import numpy as np
+
+from .dispatch import WRAPPER_TYPES
+        >>> RRULES[np.matmul].__name__
+        'rrule(numpy.matmul)'
+    """
+    for fn in _blas_functions():
+        r = rrules.get(fn)
+        if r is not None and not getattr(r, "_mc_blas_limited", False):
+            rrules[fn] = _limited_rrule(r)
+            rrules[fn]._mc_blas_limited = True
+        r = frules.get(fn)
+        if r is not None and not getattr(r, "_mc_blas_limited", False):
+            frules[fn] = _limited_frule(r)
+            frules[fn]._mc_blas_limited = True
