@@ -275,7 +275,8 @@ VECTOR_CASES = {
     "concat_constant": lambda x: np.concatenate([x[:2], _C[:2], x[4:] ** 2]),
     "stack_split": lambda x: np.stack(np.split(x, 3), axis=1).ravel() * x[0],
     "pad_tril_diag": lambda x: np.ravel(np.tril(np.diag(np.pad(x[:3], 1)))),
-    "roll_flip_repeat_tile": lambda x: np.roll(np.flip(np.repeat(x[:2], 2)), 1) * np.tile(x[2:4], 2),
+    "roll_flip_repeat_tile": lambda x: (np.roll(np.flip(np.repeat(x[:2], 2)), 1)
+                                        * np.tile(x[2:4], 2)),
     "take_along": lambda x: np.take(x, [5, 1]) + np.take_along_axis(x, np.array([0, 3]), 0),
     "sum_axis": lambda x: np.sum(np.reshape(x, (2, 3)) ** 2, axis=0),
     "mean_prod_max": lambda x: np.stack([np.mean(x), np.prod(x[:3]), np.max(x[3:])]),

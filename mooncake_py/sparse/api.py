@@ -237,10 +237,10 @@ def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order=
     pattern, or a superset of it. ``order`` is the coloring's vertex order ("largest_first",
     "natural" or a permutation); ``coloring`` its algorithm: "stars" (O(n·d²) for maximum degree
     d, the default) or "simple" (O(n·d³), sometimes fewer colors on irregular patterns; see
-    :func:`~mooncake_py.sparse.coloring.star_coloring`). ``chunk_size`` caps the colors per sweep (default: as
-    :func:`mooncake_py.hessian` chooses). Then :func:`value_gradient_and_sparse_hessian` costs
-    one forward-over-reverse sweep with ``n_colors`` lanes. The cache checks the function and the
-    arguments' shapes and dtypes on every call; the pattern is reused as found at preparation
+    :func:`~mooncake_py.sparse.coloring.star_coloring`). ``chunk_size`` caps the colors per
+    sweep (default: as :func:`mooncake_py.hessian` chooses). Then
+    :func:`value_gradient_and_sparse_hessian` costs one forward-over-reverse sweep with
+    ``n_colors`` lanes. The cache checks the function and the arguments' shapes and dtypes on every call; the pattern is reused as found at preparation
     (see the module notes on control flow).
 
     Example:
@@ -278,7 +278,7 @@ def value_gradient_and_sparse_hessian(cache, f, x, *args):
 
 
 def sparse_hessian(f, *, strict=False, order="largest_first", coloring="stars", chunk_size=None):
-    """The Hessian of a scalar ``f`` as a ``scipy.sparse.csr_array``: ``sparse_hessian(f)(x, *args)``.
+    """The Hessian of a scalar ``f``, a ``scipy.sparse.csr_array``: ``sparse_hessian(f)(x, *args)``.
 
     Detects the pattern at ``x``, star-colors it and evaluates it in one ``hvp(lanes=True)`` sweep
     with one lane per color. To differentiate many times at points where ``f`` takes the same

@@ -330,7 +330,8 @@ def dense_fallback(trace, fn, args, kwargs, nonlinear=True, warn=True):
     """
     if warn:
         name = fn_name(fn)
-        how = (f"Register a pattern rule: mooncake_py.sparse.pattern_rule({name.replace('numpy.', 'np.')})"
+        short = name.replace("numpy.", "np.")
+        how = (f"Register a pattern rule: mooncake_py.sparse.pattern_rule({short})"
                " on a function rule(trace, fn, args, kwargs) -> output (see mooncake_py/sparse/"
                "pattern_rules.py for examples)")
         if trace.strict:
