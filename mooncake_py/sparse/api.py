@@ -240,8 +240,9 @@ def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order=
     :func:`~mooncake_py.sparse.coloring.star_coloring`). ``chunk_size`` caps the colors per
     sweep (default: as :func:`mooncake_py.hessian` chooses). Then
     :func:`value_gradient_and_sparse_hessian` costs one forward-over-reverse sweep with
-    ``n_colors`` lanes. The cache checks the function and the arguments' shapes and dtypes on every call; the pattern is reused as found at preparation
-    (see the module notes on control flow).
+    ``n_colors`` lanes. The cache checks the function and the arguments' shapes and dtypes on
+    every call; the pattern is reused as found at preparation (see the module notes on control
+    flow).
 
     Example:
         >>> import numpy as np, mooncake_py as mp
