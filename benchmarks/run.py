@@ -54,6 +54,10 @@ def parse_args(argv=None):
                    help="threads for every framework's kernels (BLAS, torch, XLA); 0 leaves the "
                         "libraries' defaults (default: %(default)s, which keeps small cases "
                         "from paying for thread wake-ups and makes runs less noisy)")
+    p.add_argument("--compare-threading", action="store_true",
+                   help="also time every mooncake_py method under the BLAS libraries' default "
+                        "thread counts, as extra columns marked '(default threads)', next to "
+                        "the pinned ones (--threads)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     a.cases = _choose(a.cases, list(CASES), "case")
@@ -69,10 +73,35 @@ def parse_args(argv=None):
 
 
 _LIMITS = []  # keeps threadpoolctl's limit alive for the whole run
+_DEFAULT_BLAS = []  # (set_num_threads, count) of each OpenBLAS before the run pinned it
+
+
+def _openblas_handles():
+    """mooncake_py's ctypes handles on every loaded OpenBLAS (NumPy's, SciPy's)."""
+    import scipy.linalg  # noqa: F401  (loads SciPy's own OpenBLAS, so that it is pinned too)
+    from mooncake_py.blas_threads import _handles
+    return _handles()
+
+
+class default_threads:
+    """Context manager: the BLAS libraries at the thread counts they had before the run
+    pinned them (their defaults), for the '(default threads)' columns."""
+
+    def __enter__(self):
+        self.pinned = [(put, get()) for get, put in _openblas_handles()]
+        for put, n in _DEFAULT_BLAS:
+            put(n)
+        return self
+
+    def __exit__(self, *exc):
+        for put, n in self.pinned:
+            put(n)
+        return False
 
 
 def limit_threads(n, frameworks):
     """Pin NumPy's BLAS, torch and XLA to ``n`` threads; a description of what was done."""
+    _DEFAULT_BLAS[:] = [(put, get()) for get, put in _openblas_handles()]
     if n <= 0:
         return "library defaults"
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -81,11 +110,17 @@ def limit_threads(n, frameworks):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                    + " --xla_cpu_multi_thread_eigen=false").strip()
     done = [f"{n} thread(s)"]
+    # NumPy is loaded already, so the variables above come too late for its OpenBLAS: set the
+    # count through OpenBLAS itself (threadpoolctl, or mooncake_py's ctypes handles).
     try:
         import threadpoolctl
         _LIMITS.append(threadpoolctl.threadpool_limits(n))
     except ImportError:
-        done.append("NumPy's BLAS not limited (threadpoolctl is not installed)")
+        handles = _openblas_handles()
+        for get, put in handles:
+            put(n)
+        if not handles:
+            done.append("NumPy's BLAS not limited (no OpenBLAS found, threadpoolctl missing)")
     if "torch" in frameworks and fw.available("torch") is None:
         import torch
         torch.set_num_threads(n)
@@ -198,6 +233,14 @@ def run_cases(opts, log):
                     r["ratio"] = r["median_s"] / primal
                 recs.append(r)
                 vals.append(v)
+                if opts.compare_threading and m.framework == "mooncake_py":
+                    with default_threads():
+                        r, v = run_method(m, case, args, dirs, opts.budget, missing)
+                    r["column"] += " (default threads)"
+                    if r["status"] == "ok" and primal:
+                        r["ratio"] = r["median_s"] / primal
+                    recs.append(r)
+                    vals.append(v)
             check_agreement(recs, vals)
             for r in recs:
                 _log_result(log, r)
