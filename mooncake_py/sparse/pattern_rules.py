@@ -33,6 +33,13 @@ from .tracer import (PATTERN_RULES, PatternArray, call_primal, dense_fallback, p
 _SEQ = (list, tuple)
 
 
+def _register_if_present(module, name, rule):
+    """Register ``rule`` for ``module.name`` if this NumPy has it (np.linalg.matmul is 2.0+)."""
+    fn = getattr(module, name, None)
+    if fn is not None:
+        PATTERN_RULES[fn] = rule
+
+
 def _rows_as(a, shape):
     """Rows of ``a`` (a PatternArray or a constant) broadcast to ``shape``; None for constants."""
     if type(a) is not PatternArray:
@@ -165,8 +172,10 @@ _MOVES = [operator.getitem, np.reshape, np.ravel, np.transpose, np.swapaxes, np.
           np.concatenate, np.stack, np.hstack, np.vstack, np.dstack, np.column_stack, np.append,
           np.diag, np.diagonal, np.tril, np.triu, np.repeat, np.tile, np.take,
           np.take_along_axis, np.copy, np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit,
-          np.real, np.conjugate, np.ascontiguousarray, np.matrix_transpose]
+          np.real, np.conjugate, np.ascontiguousarray]
+# NumPy 2 names, absent from the NumPy 1.25+ this package also supports
 for _fn in _MOVES + [getattr(np, "unstack", None), getattr(np, "permute_dims", None),
+                     getattr(np, "matrix_transpose", None),
                      getattr(np, "concat", None)]:
     if _fn is not None:
         PATTERN_RULES[_fn] = _move
@@ -388,7 +397,7 @@ def _batched_matmul(trace, A, B):
     return _einsum(trace, np.einsum, (f"{lead}xy,{lead}yz->{lead}xz", A, B), {})
 
 
-PATTERN_RULES[np.linalg.matmul] = _matmul
+_register_if_present(np.linalg, "matmul", _matmul)
 
 
 @pattern_rule(np.dot)
@@ -418,7 +427,7 @@ def _outer(trace, fn, args, kwargs):
     return np.multiply(np.reshape(args[0], (-1, 1)), np.reshape(args[1], (1, -1)))
 
 
-PATTERN_RULES[np.linalg.outer] = _outer
+_register_if_present(np.linalg, "outer", _outer)
 
 
 @pattern_rule(np.kron)
@@ -524,7 +533,7 @@ def _tensordot(trace, fn, args, kwargs):
                    ("".join(sa) + "," + "".join(sb) + "->" + "".join(out), a, b), {})
 
 
-PATTERN_RULES[np.linalg.tensordot] = _tensordot
+_register_if_present(np.linalg, "tensordot", _tensordot)
 
 
 # --- dense by nature: no warning, since dense dependence is the right answer ------------------
