@@ -1,10 +1,12 @@
 """What one recorded operation costs: mooncake_py's per-op tape overhead.
 
-``python -m benchmarks.overhead [--quick]`` prints, for a scalar loop (``s = s + x[i]``, 1000
-iterations: 2000 recorded ops, every one tiny, so the time is all overhead) and for
+``python -m benchmarks.overhead [--quick]`` prints, for scalar loops (``s = s + x[i]`` and
+``s = s + x[i]*x[i]``, 1000 iterations: 2000 and 4000 recorded ops, every one tiny, so the time
+is all overhead) and for
 ``np.sum(np.sin(x))`` at n = 1000 and 10⁶ (2 ops, so at 10⁶ the time is NumPy's kernels): the
 primal time, the gradient time, the number of recorded ops, the gradient time per op, the extra time
-per op over the primal, and gradient / primal. The design target (DESIGN.md §7) is about 1 µs
+per op over the primal, and gradient / primal; then the fixed cost of one ``grad``,
+``value_and_grad`` and ``hvp`` call on a 3-vector. The design target (DESIGN.md §7) is about 1 µs
 per recorded op (recording plus its share of the reverse sweep) and, for large arrays, a
 gradient within about 3× the primal.
 """
@@ -25,12 +27,20 @@ def scalar_loop(x):
     return s
 
 
+def scalar_loop_squares(x):
+    s = 0.0
+    for i in range(1000):
+        s = s + x[i] * x[i]
+    return s
+
+
 def sum_sin(x):
     return np.sum(np.sin(x))
 
 
 CASES = [
     ("scalar loop s = s + x[i], n=1000", scalar_loop, 1000),
+    ("scalar loop s = s + x[i]*x[i], n=1000", scalar_loop_squares, 1000),
     ("np.sum(np.sin(x)), n=1000", sum_sin, 1000),
     ("np.sum(np.sin(x)), n=10^6", sum_sin, 10 ** 6),
 ]
@@ -55,6 +65,23 @@ def measure_case(f, n, budget, seed=0):
             "ratio": grad / primal}
 
 
+def per_call(budget):
+    """Fixed cost of one call on a tiny input (3-vector): the API's own bookkeeping
+    (arguments, tape set-up, output checks, the gradient's copy), as ``(name, seconds)``."""
+    x = np.array([1.0, 2.0, 3.0])
+    g, vg, h = mp.grad(np.sum), mp.value_and_grad(np.sum), mp.hvp(lambda x: np.sum(x * x))
+    rows = [("np.sum(x) (the primal)", lambda: np.sum(x)), ("mp.grad(np.sum)(x)", lambda: g(x)),
+            ("mp.value_and_grad(np.sum)(x)", lambda: vg(x)),
+            ("mp.hvp(lambda x: np.sum(x * x))(x, x)", lambda: h(x, x))]
+    return [(name, measure(fn, budget)["median_s"]) for name, fn in rows]
+
+
+def per_call_table(rows):
+    lines = ["| Call (x a 3-vector) | Time |", "|:---|---:|"]
+    lines += [f"| {name} | {format_time(t)} |" for name, t in rows]
+    return "\n".join(lines)
+
+
 def table(rows):
     head = ["Case", "Primal", "Gradient", "Ops", "µs/op", "extra µs/op", "Gradient/primal"]
     lines = ["| " + " | ".join(head) + " |", "|:---|" + "---:|" * (len(head) - 1)]
@@ -74,6 +101,8 @@ def main(argv=None):
     rows = [(name, measure_case(f, n, budget)) for name, f, n in CASES
             if not (a.quick and n > 10 ** 4)]
     print(table(rows))
+    print()
+    print(per_call_table(per_call(budget)))
     return rows
 
 
