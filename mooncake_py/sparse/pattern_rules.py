@@ -28,7 +28,7 @@ from ..rules import special as _special
 from . import rows as R
 from ..rules.linear_algebra import cho_solve, solve_triangular
 from .tracer import (PATTERN_RULES, PatternArray, call_primal, dense_fallback, pattern_rule,
-                     patterns_in, primal, _is_ours)
+                     patterns_in, primal, register_views, _is_ours)
 
 _SEQ = (list, tuple)
 
@@ -163,7 +163,9 @@ def _move(trace, fn, args, kwargs):
         if isinstance(o, _SEQ):
             return type(o)(wrap(a, b) for a, b in zip(o, i))
         return trace.wrap(o, rows_of(i))
-    return wrap(out, idx)
+    result = wrap(out, idx)
+    register_views(trace, result, list(args) + list(kwargs.values()))
+    return result
 
 
 _MOVES = [operator.getitem, np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis,

@@ -42,7 +42,8 @@ class Trace:
     ``strict=True`` makes an op with no pattern rule raise :class:`MissingRuleError` instead of
     falling back to dense dependence with a :class:`DenseFallbackWarning`.
     """
-    __slots__ = ("level", "n", "strict", "sym", "left", "right", "writes", "last_write")
+    __slots__ = ("level", "n", "strict", "sym", "left", "right", "writes", "last_write",
+                 "owners")
 
     def __init__(self, n, strict=False):
         self.level = new_level()
@@ -51,6 +52,7 @@ class Trace:
         self.sym, self.left, self.right = [], [], []
         self.writes = 0
         self.last_write = {}
+        self.owners = {}  # id(buffer) -> the PatternArray whose value is that buffer
 
     def add_pairs(self, L, Rm):
         """Record that the second derivative couples every input of row ``L[r]`` with every input
@@ -141,36 +143,65 @@ class PatternArray(ArrayOps):
             "create buffers with np.zeros_like(x, shape=...) or np.zeros(n, like=x).")
 
     def _mc_setitem(self, key, value):
-        """``self[key] = value``: the written region takes the value's dependencies."""
+        """``self[key] = value``: the written region takes the value's dependencies. A write
+        through a view lands in the array it views (its *owner*); other views of that array
+        catch up when next read (:func:`_check_fresh`)."""
         trace = self._trace
         p = self._value
         if not has_buffer(p):
             p[key] = value  # a NumPy scalar: NumPy's own error
-        if getattr(p, "base", None) is not None:
-            raise MutationError(
-                "sparsity detection cannot write through a view (a slice, reshape or transpose "
-                "of another array): the dependencies of the array it views would not be "
-                "updated. Write into the array itself (x[1:3] = v rather than y = x[1:3]; "
-                "y[...] = v) or copy the view first.")
         _check_fresh(self)
         if type(value) in _SEQ and any(_is_ours(b, trace) for b in value):
             value = np.stack(value)
-        size = int(np.size(p))
-        pos = np.arange(size).reshape(np.shape(p))
         if _is_ours(value, trace):
             _check_fresh(value)
-            vp = value._value
-            pos[key] = np.arange(int(np.size(vp))).reshape(np.shape(vp)) + size
-            table = R.sparse().vstack([self._rows, value._rows], format="csr")
-        else:
-            vp = value
-            pos[key] = size
-            table = R.sparse().vstack([self._rows, trace.constant_rows(1)], format="csr")
-        p[key] = vp
-        self._rows = table[pos.ravel()]
+        root = buffer_root(p)
+        owner = self if root is p else trace.owners.get(id(root))
+        if owner is None:
+            raise MutationError(
+                "sparsity detection cannot write through this view: the array it views is not "
+                "one that detection tracks (views of constants cannot hold dependencies). Write "
+                "into an array made from the input (x.copy(), np.zeros_like(x)) instead.")
+        region = _positions(root, p)[key]
+        owner._rows = _written(trace, owner._rows, region, value)
+        p[key] = value._value if _is_ours(value, trace) else value
         trace.writes += 1
-        trace.last_write[id(p)] = (p, trace.writes)
-        self._stamp = trace.writes
+        trace.owners[id(root)] = owner
+        trace.last_write[id(root)] = (root, trace.writes)
+        owner._stamp = trace.writes
+        if owner is not self:
+            self._rows = R.gather(owner._rows, _positions(root, p))
+            self._stamp = trace.writes
+
+
+def _positions(root, view):
+    """For every element of ``view`` (a NumPy view of ``root``'s memory, or ``root`` itself), its
+    flat C-order index in ``root``: the view's own layout applied to an index array laid out in
+    memory as ``root`` is."""
+    if view is root:
+        return np.arange(root.size).reshape(root.shape)
+    layout = np.empty_like(root, dtype=np.intp)  # root's memory order ("K")
+    layout[...] = np.arange(root.size).reshape(root.shape)
+    mem = layout.ravel(order="K")
+    f = root.itemsize
+    offset = (view.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // f
+    return np.lib.stride_tricks.as_strided(
+        mem[offset:], shape=view.shape, strides=tuple(st // f * mem.itemsize
+                                                      for st in view.strides))
+
+
+def _written(trace, rows, region, value):
+    """``rows`` after the elements at flat positions ``region`` took ``value``'s rows."""
+    size = rows.shape[0]
+    pos = np.arange(size)
+    if _is_ours(value, trace):
+        vp = value._value
+        pos[region] = np.arange(int(np.size(vp))).reshape(np.shape(vp)) + size
+        table = R.sparse().vstack([rows, value._rows], format="csr")
+    else:
+        pos[region] = size
+        table = R.sparse().vstack([rows, trace.constant_rows(1)], format="csr")
+    return R.gather(table, pos)
 
 
 WRAPPER_TYPES.add(PatternArray)
@@ -181,15 +212,30 @@ def _is_ours(a, trace):
 
 
 def _check_fresh(a):
-    """Refuse a view read after its buffer was written: its rows would predate the write."""
+    """Bring a view read after its buffer was written up to date from the buffer's owner."""
     trace = a._trace
     if trace.last_write and a._stamp < trace.writes:
-        written = trace.last_write.get(id(buffer_root(a._value)))
+        root = buffer_root(a._value)
+        written = trace.last_write.get(id(root))
         if written is not None and written[1] > a._stamp:
-            raise MutationError(
-                "sparsity detection: a view of an array was used after the array was written "
-                "into, and the view's dependencies predate the write. Take the view again after "
-                "the write (or copy the array before writing).")
+            owner = trace.owners.get(id(root))
+            if owner is None or owner is a:  # pragma: no cover  (every write registers one)
+                raise MutationError("sparsity detection lost track of a written buffer.")
+            a._rows = R.gather(owner._rows, _positions(root, a._value))
+            a._stamp = trace.writes
+
+
+def register_views(trace, out, args):
+    """Record which PatternArray owns the buffer that the views in ``out`` look into, so that
+    writes through them reach it."""
+    for o in (out if isinstance(out, _SEQ) else (out,)):
+        if type(o) is PatternArray and getattr(o._value, "base", None) is not None:
+            root = buffer_root(o._value)
+            if id(root) not in trace.owners:
+                for a in patterns_in(args, trace):
+                    if a._value is root:
+                        trace.owners[id(root)] = a
+                        break
 
 
 def primal(a):
