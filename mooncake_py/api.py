@@ -26,17 +26,20 @@ class _GCPause:
     _was_enabled = False
 
     def __enter__(self):
-        with _GCPause._lock:
-            if _GCPause._active == 0:
-                _GCPause._was_enabled = gc.isenabled()
-                gc.disable()
-            _GCPause._active += 1
+        cls = _GCPause
+        with cls._lock:
+            if cls._active == 0:
+                cls._was_enabled = gc.isenabled()
+                if cls._was_enabled:
+                    gc.disable()
+            cls._active += 1
         return self
 
     def __exit__(self, *exc):
-        with _GCPause._lock:
-            _GCPause._active -= 1
-            if _GCPause._active == 0 and _GCPause._was_enabled:
+        cls = _GCPause
+        with cls._lock:
+            cls._active -= 1
+            if cls._active == 0 and cls._was_enabled:
                 gc.enable()
         return False
 

@@ -51,7 +51,11 @@ class TrackedArray(ArrayOps):
     def _mc_apply(top, fn, args, kwargs):
         return top._tape.record(fn, args, kwargs)
 
+    # A call whose only argument is this value (np.sin(x), np.sum(x)) goes straight to the
+    # tape: dispatch's search for the innermost wrapper could only find this one.
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method == "__call__" and not kwargs and len(inputs) == 1 and inputs[0] is self:
+            return self._tape.record(ufunc, inputs, kwargs)
         return dispatch(ufunc if method == "__call__" else (ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -59,6 +63,8 @@ class TrackedArray(ArrayOps):
             return self._tape.like(self, func, args, kwargs)
         if func in VIEW_FUNCTIONS and args and args[0] is self:
             return self._view_op(func, tuple(args[1:]), kwargs)
+        if not kwargs and len(args) == 1 and args[0] is self:
+            return self._tape.record(func, args, kwargs)
         return dispatch(func, args, kwargs)
 
     def __getitem__(self, key):
