@@ -500,8 +500,10 @@ def test_the_two_star_algorithms_on_a_grid_and_a_random_pattern():
     assert is_star_coloring(c.pattern, c.colors)
     np.testing.assert_allclose(mp.value_gradient_and_sparse_hessian(c, f, x, *args)[2].toarray(),
                                mp.hessian(f)(x, *args), rtol=1e-10, atol=1e-12)
+    best = star_coloring(P, algorithm="best")
+    assert best.max() + 1 == 5 and is_star_coloring(P, best)
     with pytest.raises(ValueError, match="algorithm"):
-        star_coloring(P, algorithm="best")
+        star_coloring(P, algorithm="fastest")
 
 
 def test_is_star_coloring_rejects_a_bicolored_path():

@@ -236,7 +236,8 @@ def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order=
     ``pattern`` (any ``(n, n)`` scipy sparse or boolean array) skips detection: give a known
     pattern, or a superset of it. ``order`` is the coloring's vertex order ("largest_first",
     "natural" or a permutation); ``coloring`` its algorithm: "stars" (O(n·d²) for maximum degree
-    d, the default) or "simple" (O(n·d³), sometimes fewer colors on irregular patterns; see
+    d, the default), "simple" (O(n·d³), sometimes fewer colors on irregular patterns) or
+    "best" (both, the fewer colors kept; see
     :func:`~mooncake_py.sparse.coloring.star_coloring`). ``chunk_size`` caps the colors per
     sweep (default: as :func:`mooncake_py.hessian` chooses). Then
     :func:`value_gradient_and_sparse_hessian` costs one forward-over-reverse sweep with
