@@ -201,3 +201,46 @@ def test_gp_gradient_and_hvp_with_limited_blas():
     h = mp.hvp(f)(1.3, 1.0)
     fd = (ref(1.3 + 1e-5) - ref(1.3 - 1e-5)) / 2e-5
     np.testing.assert_allclose(h, fd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sinh",
+                                  "cosh", "arctan", "log1p", "expm1", "square", "negative"])
+def test_unary_scalar_short_path_bitwise(name):
+    uf = getattr(np, name)
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + uf(x[i]) * x[i]
+        return s + (-x[0])
+    x = np.array([0.3, 1.7, 0.0, 2.5])
+    with np.errstate(all="ignore"):
+        v, g = mp.value_and_grad(f)(x)
+        v0, g0 = _general(mp.value_and_grad(f), x)
+    np.testing.assert_array_equal(v, v0)
+    np.testing.assert_array_equal(g, g0)
+
+
+def test_unary_short_path_kept_for_duals():
+    f = lambda x: np.sin(x[0]) * np.exp(x[1])  # noqa: E731
+    x, v = np.array([0.3, 0.5]), np.array([1.0, -2.0])
+    h = mp.hvp(f)(x, v)
+    H = np.array([[-np.sin(0.3) * np.exp(0.5), np.cos(0.3) * np.exp(0.5)],
+                  [np.cos(0.3) * np.exp(0.5), np.sin(0.3) * np.exp(0.5)]])
+    np.testing.assert_allclose(h, H @ v)
+
+
+def test_a_rule_registered_later_turns_its_short_path_off():
+    from mooncake_py.rules.registry import RRULES
+    saved = RRULES[np.multiply]
+    calls = []
+
+    def rule(args, kwargs, needs):
+        calls.append(1)
+        return saved(args, kwargs, needs)
+    RRULES[np.multiply] = rule
+    try:
+        g = mp.grad(lambda x: x[0] * x[1])(np.array([2.0, 3.0]))
+    finally:
+        RRULES[np.multiply] = saved
+    assert calls and g.tolist() == [3.0, 2.0]

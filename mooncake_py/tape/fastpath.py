@@ -18,6 +18,7 @@ import numpy as np
 
 from ..array_ops import ArrayOps
 from ..rules.derivative_table import _div as div
+from ..rules.registry import RRULES
 from .pullbacks import ItemRead
 from .tape import Tape, _SWEEPING
 from .tracked import TrackedArray
@@ -27,6 +28,9 @@ _NDARRAY = np.ndarray
 _getitem = operator.getitem
 _NO_KWARGS = {}
 _INT_KEYS = (int, np.intp, np.int64, np.int32)
+# The rules the short paths stand for, as registered when they were installed: a rule
+# registered later for the same function (mp.rrule(np.sin) by a user) turns its short path off.
+_BUILTIN = {}
 
 
 _general_getitem = TrackedArray.__getitem__
@@ -36,7 +40,8 @@ def _fast_getitem(self, key):
     if type(key) in _INT_KEYS:
         tape = self._tape
         v = self._value
-        if type(tape) is Tape and type(v) is _NDARRAY and not tape._debug:
+        if type(tape) is Tape and type(v) is _NDARRAY and not tape._debug and \
+                RRULES.get(_getitem) is _BUILTIN[_getitem]:
             y = v[key]
             if type(y) is _F64 and _SWEEPING.get() <= tape._level:
                 node = len(tape._parents)
@@ -87,7 +92,7 @@ def _binary(ufunc, op, pullback, reflected):
                 w = other
                 tracked = False
                 ok = t is _F64 or t is float or t is int
-            if ok and _SWEEPING.get() <= tape._level:
+            if ok and _SWEEPING.get() <= tape._level and RRULES.get(ufunc) is _BUILTIN[ufunc]:
                 a, b = (w, v) if reflected else (v, w)
                 y = op(a, b)
                 if type(y) is _F64:
@@ -111,8 +116,76 @@ def _binary(ufunc, op, pullback, reflected):
     return method
 
 
+# Unary ufuncs of scalar-loop code whose derivative-table entry is the rule as registered (not
+# np.absolute: rules/complex.py replaces its rule). The pullback evaluates the table's
+# derivative at sweep time, as ew_pullback does, so the results are bitwise the same.
+_UNARY_NAMES = ("sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sinh", "cosh", "arctan",
+                "log1p", "expm1", "square", "negative")
+_UNARY = {}
+
+
+def _unary_pullback(d1, a, y):
+    return lambda g: (g * d1(a, y),)
+
+
+def _neg_pullback(d1, a, y):
+    return lambda g: (-g,)
+
+
+def _fast_unary(self, ufunc):
+    """The node of ``ufunc(self)`` for a float64 scalar on a plain tape, or None."""
+    how = _UNARY.get(ufunc)
+    if how is None:
+        return None
+    tape = self._tape
+    v = self._value
+    if type(tape) is not Tape or type(v) is not _F64 or tape._debug or \
+            _SWEEPING.get() > tape._level:
+        return None
+    d1, pullback = how
+    if RRULES.get(ufunc) is not _BUILTIN[ufunc]:  # a rule registered since: use it
+        return None
+    y = -v if pullback is _neg_pullback else ufunc(v)
+    if type(y) is not _F64:
+        return None
+    node = len(tape._parents)
+    tape._pullbacks.append(pullback(d1, v, y))
+    tape._parents.append((self._node,))
+    tape._fns.append(ufunc)
+    return TrackedArray(y, tape, node)
+
+
+_general_ufunc = TrackedArray.__array_ufunc__
+_general_neg = ArrayOps.__neg__
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if method == "__call__" and not kwargs and len(inputs) == 1 and inputs[0] is self:
+        r = _fast_unary(self, ufunc)
+        if r is not None:
+            return r
+    return _general_ufunc(self, ufunc, method, *inputs, **kwargs)
+
+
+def _neg(self):
+    r = _fast_unary(self, np.negative)
+    return _general_neg(self) if r is None else r
+
+
 def install():
     """Put the short paths on TrackedArray (idempotent; done when mooncake_py.tape loads)."""
+    from ..rules.derivative_table import TABLE
+    _BUILTIN[_getitem] = RRULES.get(_getitem)
+    for uf in (np.add, np.subtract, np.multiply, np.true_divide):
+        _BUILTIN[uf] = RRULES.get(uf)
+    for name in _UNARY_NAMES:
+        e = TABLE.get(name)
+        if e is not None and e.nin == 1 and not e.constant:
+            _UNARY[e.ufunc] = (e.np_d1[0], _neg_pullback if e.d1[0] == "-1" else
+                               _unary_pullback)
+            _BUILTIN[e.ufunc] = RRULES.get(e.ufunc)
+    TrackedArray.__array_ufunc__ = _array_ufunc
+    TrackedArray.__neg__ = _neg
     TrackedArray.__getitem__ = _fast_getitem
     for ufunc, op, pb in [(np.add, operator.add, _pb_add), (np.subtract, operator.sub, _pb_sub),
                           (np.multiply, operator.mul, _pb_mul),
