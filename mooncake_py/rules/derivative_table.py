@@ -318,9 +318,12 @@ def _scipy_section(sps):
     _entry(sps.y1, "y1(a)", ["y0(a)-y/a"], ["(2*y/a-y0(a))/a-y"])
 
     # --- binary: ufunc, value, (∂y/∂a, ∂y/∂b), (∂²y/∂a², ∂²y/∂a∂b, ∂²y/∂b²)
-    _entry(sps.xlogy, "xlogy(a,b)", ["log(b)", "select(a==0, 0.0, a/b)"], ["0", "1/b", "-a/(b*b)"])
+    # ∂/∂b is 0 all along a = 0, so ∂²/∂b² is too (not 0/0 = nan at b = 0, resp. b = -1, where
+    # a stats log-density meets the edge of its support with a zero exponent)
+    _entry(sps.xlogy, "xlogy(a,b)", ["log(b)", "select(a==0, 0.0, a/b)"],
+           ["0", "1/b", "select(a==0, 0.0, -a/(b*b))"])
     _entry(sps.xlog1py, "xlog1py(a,b)", ["log1p(b)", "select(a==0, 0.0, a/(1+b))"],
-           ["0", "1/(1+b)", "-a/((1+b)*(1+b))"])
+           ["0", "1/(1+b)", "select(a==0, 0.0, -a/((1+b)*(1+b)))"])
     _entry(sps.betaln, "betaln(a,b)", ["digamma(a)-digamma(a+b)", "digamma(b)-digamma(a+b)"],
            ["trigamma(a)-trigamma(a+b)", "-trigamma(a+b)", "trigamma(b)-trigamma(a+b)"])
     _entry(sps.beta, "beta(a,b)", ["y*(digamma(a)-digamma(a+b))", "y*(digamma(b)-digamma(a+b))"],

@@ -350,7 +350,7 @@ class nbinom_gen(Discrete):
 
     def _logpmf(self, k, n, p):
         coeff = sc.gammaln(n + k) - sc.gammaln(k + 1.0) - sc.gammaln(n)
-        return coeff + n * np.log(p) + P.xlog1py(k, -p)
+        return coeff + n * np.log(p) + sc.xlog1py(k, -p)
 
     def _cdf(self, k, n, p):
         return _nbinom_I(n, k + 1.0, p)
@@ -389,7 +389,7 @@ class geom_gen(Discrete):
         return 1.0, INF
 
     def _logpmf(self, k, p):
-        return P.xlog1py(k - 1.0, -p) + np.log(p)
+        return sc.xlog1py(k - 1.0, -p) + np.log(p)
 
     def _cdf(self, k, p):
         return -np.expm1(np.log1p(-p) * k)

@@ -1,5 +1,6 @@
 """Private elementwise primitives behind the stats mirror: scipy.special functions that have no
-rule in the derivative table, each with the derivatives that have a practical closed form.
+rule in the derivative table, each with the derivatives that have a practical closed form, and
+guards in front of the table's incomplete gamma functions.
 
 Their values come from scipy.special (so they equal SciPy's to the last bit); their derivatives
 are written with ruled ``np.``/scipy.special calls, so the pullbacks run on dual numbers and
@@ -11,7 +12,7 @@ import numpy as np
 import scipy.special as sc
 
 from ...errors import MissingRuleError
-from ...rules.registry import primitive, rrule, frule
+from ...rules.registry import primitive, rrule, frule, _has_wrapper
 from ...rules.broadcasting import shape_of, unbroadcast
 
 
@@ -57,33 +58,10 @@ def _elementwise(value, derivs):
     return prim
 
 
-def _digamma_diff(a, b):
-    return sc.digamma(a) - sc.digamma(a + b)
-
-
-# log B(a, b): scipy's betaln keeps its precision for large a and b, where the difference of
-# three gammaln values would cancel.
-betaln = _elementwise(lambda a, b: sc.betaln(a, b),
-                      (lambda a, b: _digamma_diff(a, b), lambda a, b: _digamma_diff(b, a)))
-
 # log poch(df/2, 1/2) = log Γ((df+1)/2) - log Γ(df/2), as scipy's t.logpdf computes it (accurate
 # for large df, where the gammaln difference cancels).
 log_poch_half = _elementwise(lambda h: np.log(sc.poch(h, 0.5)),
                              (lambda h: sc.digamma(h + 0.5) - sc.digamma(h),))
-
-
-def xlog1py(a, b):
-    """``a * log1p(b)`` with 0 where ``a == 0`` (scipy.special.xlog1py), from ruled calls."""
-    # log1p(-1) = -inf would make 0·(-inf) = nan and poison the derivative: move b off -1
-    # where a == 0 (the product is 0 there whatever b is).
-    off = (a == 0) & (b == -1)
-    if np.any(off):
-        b = np.where(off, 0.0, b)
-    return a * np.log1p(b)
-
-
-def _gamma_density(a, x):
-    return np.exp(sc.xlogy(a - 1.0, x) - x - sc.gammaln(a))
 
 
 _INCOMPLETE = "the derivative of the regularized incomplete {} function in its shape parameter " \
@@ -94,20 +72,26 @@ def _gamma_refusal(public, param="a"):
 
 
 def incomplete_gamma(public, param="a"):
-    """(P, Q) = (gammainc, gammaincc) as primitives whose shape-parameter refusal names
-    ``public`` and ``param``; ∂/∂x is ± the gamma density."""
+    """(P, Q) = scipy.special's (gammainc, gammaincc), whose rules are the derivative table's,
+    behind a guard whose shape-parameter refusal names ``public`` and ``param``."""
     refusal = _gamma_refusal(public, param)
-    return (_elementwise(lambda a, x: sc.gammainc(a, x),
-                         (refusal, lambda a, x: _gamma_density(a, x))),
-            _elementwise(lambda a, x: sc.gammaincc(a, x),
-                         (refusal, lambda a, x: -_gamma_density(a, x))))
+
+    def guarded(fn):
+        # the table refuses a tracked shape too, but in scipy.special's words: the user called
+        # a stats function and should read its name and parameter
+        def call(a, x):
+            if _has_wrapper((a,), {}):
+                raise _refuse(*refusal)
+            return fn(a, x)
+        return call
+    return guarded(sc.gammainc), guarded(sc.gammaincc)
 
 
 gammainc, gammaincc = incomplete_gamma("gamma")
 
 
 def _beta_density(a, b, x):
-    return np.exp(sc.xlogy(a - 1.0, x) + xlog1py(b - 1.0, -x) - betaln(a, b))
+    return np.exp(sc.xlogy(a - 1.0, x) + sc.xlog1py(b - 1.0, -x) - sc.betaln(a, b))
 
 
 def incomplete_beta(public, a_name="a", b_name="b"):
@@ -153,5 +137,5 @@ bdtr = _elementwise(lambda k, n, p: sc.bdtr(k, _count(n), p),
                     (("binom.cdf", "k", "the CDF of a discrete distribution is piecewise "
                                         "constant in k."),
                      ("binom.cdf", "n", "n is a count (integer-valued)."),  # refused earlier
-                     lambda k, n, p: -np.exp(sc.xlogy(k, p) + xlog1py(n - k - 1.0, -p)
-                                             - betaln(n - k, k + 1.0))))
+                     lambda k, n, p: -np.exp(sc.xlogy(k, p) + sc.xlog1py(n - k - 1.0, -p)
+                                             - sc.betaln(n - k, k + 1.0))))

@@ -118,7 +118,7 @@ class beta_gen(Univariate):
     _safe_z = 0.5
 
     def _logpdf(self, z, a, b):
-        return P.xlog1py(b - 1.0, -z) + sc.xlogy(a - 1.0, z) - P.betaln(a, b)
+        return sc.xlog1py(b - 1.0, -z) + sc.xlogy(a - 1.0, z) - sc.betaln(a, b)
 
     def _cdf(self, z, a, b):
         return P.betainc(a, b, z)
@@ -333,7 +333,7 @@ class binom_gen(Discrete):
 
     def _logpmf(self, k, n, p):
         combiln = sc.gammaln(n + 1.0) - (sc.gammaln(k + 1.0) + sc.gammaln(n - k + 1.0))
-        return combiln + sc.xlogy(k, p) + P.xlog1py(n - k, -p)
+        return combiln + sc.xlogy(k, p) + sc.xlog1py(n - k, -p)
 
     def _cdf(self, k, n, p):
         return P.bdtr(k, n, p)
