@@ -4,20 +4,14 @@ the log-density is differentiable in ``x``, ``df`` and ``scale``, to second orde
 import math
 
 import numpy as np
-import scipy.special as sc
 
-from ._base import Distribution, tracked, arr, LOG_PI
+from ._base import Distribution, tracked, arr
 from ._multivariate import _MultivariateFrozen, _plain, _squeeze
 from ...linalg import solve_triangular
+from ..special import multigammaln
 from ...rules.broadcasting import shape_of
 
 _LOG2 = math.log(2.0)
-
-
-def _multigammaln(a, d):
-    """log Γ_d(a) = d(d-1)/4·log π + Σ_j log Γ(a + (1 - j)/2), as scipy computes it."""
-    return d * (d - 1) / 4.0 * LOG_PI + sum(sc.gammaln(a + (1 - j) / 2.0)
-                                            for j in range(1, d + 1))
 
 
 def _wishart_params(df, scale):
@@ -102,7 +96,7 @@ class wishart_gen(Distribution):
         tr = np.sum(solve_triangular(C, Lx, lower=True) ** 2, axis=(-2, -1))
         out = ((0.5 * (df - dim - 1) * log_det_x - 0.5 * tr)
                - (0.5 * df * dim * _LOG2 + 0.5 * df * log_det_scale
-                  + _multigammaln(0.5 * df, dim)))
+                  + multigammaln(0.5 * df, dim)))
         return _squeeze(out)
 
     def logpdf(self, x, df, scale):
@@ -157,7 +151,7 @@ class invwishart_gen(wishart_gen):
                     axis=(-2, -1))
         out = ((0.5 * df * log_det_scale - 0.5 * tr)
                - (0.5 * df * dim * _LOG2 + 0.5 * (df + dim + 1) * log_det_x)
-               - _multigammaln(0.5 * df, dim))
+               - multigammaln(0.5 * df, dim))
         return _squeeze(out)
 
 
