@@ -202,14 +202,13 @@ def _scalar_output_check(f, y):
                               f"shape {tuple(np.shape(y))}.")
 
 
-class SparseHessianCache:
-    """Prepared by :func:`prepare_sparse_hessian_cache`: the function and argument spec, the
-    Hessian pattern (``.pattern``), its star coloring (``.colors``, ``.n_colors``)."""
+class _ColoredCache:
+    """The spec of the prepared call and its colored plan, whose pattern and coloring the
+    sparse caches expose read-only."""
 
-    def __init__(self, f, args, plan, chunk_size):
-        self.spec = CacheSpec("sparse_hessian", f, args)
+    def __init__(self, kind, f, args, plan):
+        self.spec = CacheSpec(kind, f, args)
         self.plan = plan
-        self.chunk_size = chunk_size
 
     @property
     def pattern(self):
@@ -222,6 +221,15 @@ class SparseHessianCache:
     @property
     def n_colors(self):
         return self.plan.k
+
+
+class SparseHessianCache(_ColoredCache):
+    """Prepared by :func:`prepare_sparse_hessian_cache`: the function and argument spec, the
+    Hessian pattern (``.pattern``), its star coloring (``.colors``, ``.n_colors``)."""
+
+    def __init__(self, f, args, plan, chunk_size):
+        super().__init__("sparse_hessian", f, args, plan)
+        self.chunk_size = chunk_size
 
     def __repr__(self):
         n, nnz = self.plan.n, self.plan.pattern.nnz
@@ -302,26 +310,13 @@ def sparse_hessian(f, *, strict=False, order="largest_first", coloring="stars", 
     return sparse_hessian_f
 
 
-class SparseJacobianCache:
+class SparseJacobianCache(_ColoredCache):
     """Prepared by :func:`prepare_sparse_jacobian_cache`: the spec, the Jacobian pattern
     (``.pattern``), the mode ("forward": columns colored; "reverse": rows) and ``.colors``."""
 
     def __init__(self, f, args, plan, out_shape):
-        self.spec = CacheSpec("sparse_jacobian", f, args)
-        self.plan = plan
+        super().__init__("sparse_jacobian", f, args, plan)
         self.out_shape = out_shape
-
-    @property
-    def pattern(self):
-        return self.plan.pattern
-
-    @property
-    def colors(self):
-        return self.plan.colors
-
-    @property
-    def n_colors(self):
-        return self.plan.k
 
     @property
     def mode(self):
