@@ -21,18 +21,28 @@ import numpy as np
 from . import rows as R
 
 
+def _forbid_neighbours(indptr, indices, color, forbidden, v, w):  # pragma: no cover
+    """Forbid v the colors of w's colored neighbours (v's own with w = v): ``forbidden``
+    holds, per color, the last vertex it was forbidden to, so it needs no clearing."""
+    for q in range(indptr[w], indptr[w + 1]):
+        x = indices[q]
+        if x != w and color[x] >= 0:
+            forbidden[color[x]] = v
+
+
+def _first_free(forbidden, v):  # pragma: no cover  (compiled)
+    c = 0
+    while forbidden[c] == v:
+        c += 1
+    return c
+
+
 def _greedy_distance1(indptr, indices, order, n):  # pragma: no cover  (compiled)
     color = np.full(n, -1, dtype=np.int64)
     forbidden = np.full(n + 1, -1, dtype=np.int64)
     for v in order:
-        for p in range(indptr[v], indptr[v + 1]):
-            w = indices[p]
-            if w != v and color[w] >= 0:
-                forbidden[color[w]] = v
-        c = 0
-        while forbidden[c] == v:
-            c += 1
-        color[v] = c
+        _forbid_neighbours(indptr, indices, color, forbidden, v, v)
+        color[v] = _first_free(forbidden, v)
     return color
 
 
@@ -44,10 +54,7 @@ def _greedy_star_simple(indptr, indices, order, n):  # pragma: no cover  (compil
     color = np.full(n, -1, dtype=np.int64)
     forbidden = np.full(n + 1, -1, dtype=np.int64)
     for v in order:
-        for p in range(indptr[v], indptr[v + 1]):
-            w = indices[p]
-            if w != v and color[w] >= 0:
-                forbidden[color[w]] = v
+        _forbid_neighbours(indptr, indices, color, forbidden, v, v)
         for p in range(indptr[v], indptr[v + 1]):
             w = indices[p]
             if w == v:
@@ -65,10 +72,7 @@ def _greedy_star_simple(indptr, indices, order, n):  # pragma: no cover  (compil
                         if y != w and y != x and color[y] == cw:
                             forbidden[color[x]] = v
                             break
-        c = 0
-        while forbidden[c] == v:
-            c += 1
-        color[v] = c
+        color[v] = _first_free(forbidden, v)
     return color
 
 
@@ -82,13 +86,6 @@ def _position(indptr, indices, u, v):  # pragma: no cover  (compiled)
         else:
             hi = mid
     return lo
-
-
-def _forbid_neighbours(indptr, indices, color, forbidden, v, w):  # pragma: no cover
-    for q in range(indptr[w], indptr[w + 1]):
-        x = indices[q]
-        if x != w and color[x] >= 0:
-            forbidden[color[x]] = v
 
 
 def _greedy_star_stars(indptr, indices, order, n):  # pragma: no cover  (compiled)
@@ -127,9 +124,7 @@ def _greedy_star_stars(indptr, indices, order, n):  # pragma: no cover  (compile
                     x = indices[q]
                     if x != v and x != w and color[x] >= 0 and hub[star[q]] == x:
                         forbidden[color[x]] = v
-        c = 0
-        while forbidden[c] == v:
-            c += 1
+        c = _first_free(forbidden, v)
         color[v] = c
         # Put every new edge (v, w) into its star.
         for p in range(indptr[v], indptr[v + 1]):
@@ -157,8 +152,8 @@ def _greedy_star_stars(indptr, indices, order, n):  # pragma: no cover  (compile
     return color
 
 
-_LOOPS = ("_position", "_forbid_neighbours", "_greedy_distance1", "_greedy_star_simple",
-          "_greedy_star_stars")
+_LOOPS = ("_position", "_forbid_neighbours", "_first_free", "_greedy_distance1",
+          "_greedy_star_simple", "_greedy_star_stars")
 _compiled = []
 
 
