@@ -25,6 +25,7 @@ import numpy as np
 from .errors import PreparedCacheSpecError
 from .pytree import flatten, leaf_paths
 from .api import value_and_grad, vjp, is_float_leaf, _fname
+from .tape.replay import Replayer
 
 
 def _leaf_spec(x):
@@ -113,16 +114,18 @@ class GradientCache:
     Pickles like the other caches (when ``f`` does): the gradient function is rebuilt on
     loading, not stored."""
 
-    def __init__(self, f, args):
+    def __init__(self, f, args, replay=True):
         self.spec = CacheSpec("gradient", f, args)
         self._vg = value_and_grad(f, argnums=self.spec.float_args)
+        self._replay = Replayer() if replay else None
 
     def __getstate__(self):
-        return {"spec": self.spec}
+        return {"spec": self.spec, "replay": self._replay is not None}
 
     def __setstate__(self, state):
         self.spec = state["spec"]
         self._vg = value_and_grad(self.spec.f, argnums=self.spec.float_args)
+        self._replay = Replayer() if state.get("replay", True) else None
 
 
 class PullbackCache:
@@ -135,8 +138,16 @@ class PullbackCache:
         self.out_tree = flatten(y)[1]
 
 
-def prepare_gradient_cache(f: Callable[..., Any], *args: Any) -> GradientCache:
+def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
+                           replay: bool = True) -> GradientCache:
     """Prepare to compute ``f``'s value and gradient at arguments shaped like ``args``.
+
+    With ``replay=True`` (the default) the first call records ``f`` and later calls re-run
+    that recording on the new values without running ``f`` again, as long as guards hold: the
+    outcomes of comparisons, ``bool``/``int`` of traced values and the non-float arguments must
+    be those seen when recording, else ``f`` is recorded afresh (see
+    mooncake_py/tape/replay.py for what is replayed and what a replayed function may not do:
+    depend on globals, random numbers or side effects). ``replay=False`` records every call.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -146,7 +157,7 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any) -> GradientCache:
         >>> gx
         array([2., 2., 2.])
     """
-    return GradientCache(f, args)
+    return GradientCache(f, args, replay)
 
 
 def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
@@ -158,7 +169,8 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
     """
     expect_cache(cache, "gradient", "value_and_gradient")
     cache.spec.check(f, args)
-    y, gs = cache._vg(*args)
+    rp = getattr(cache, "_replay", None)
+    y, gs = rp.call(f, args, cache.spec.float_args) if rp is not None else cache._vg(*args)
     full = [None] * len(args)
     for i, g in zip(cache.spec.float_args, gs):
         full[i] = g

@@ -1,0 +1,479 @@
+"""Replay for prepared gradient caches: record ``f`` once, then re-run a flat plan.
+
+The first call of :func:`~mooncake_py.value_and_gradient` on a cache records ``f`` on a
+:class:`PlanTape`, which logs, next to the usual nodes, a *plan*: for every recorded op its rule,
+its arguments as a template (a slot for each tracked value, a copy of each constant), its
+keywords and which arguments carry derivatives. Later calls run the plan: the rules are called
+directly on the new input values (no user code, no dispatch, no TrackedArray objects, no rule
+lookup, no keyword handling), and the pullbacks they return are swept as usual.
+
+Soundness rests on one observation: ``f``'s Python code can only see plain values derived from
+its differentiated inputs through (a) the plain outputs of ops on tracked values (comparisons,
+argmax, rounding: zero-derivative ops, and rules returning non-float values) and (b)
+``bool``/``int`` of a tracked value (shapes and dtypes are fixed by the
+cache's argument check). Each of those is a *guard* in the plan, recomputed on replay and
+compared with the value seen while recording; the non-differentiated arguments are guards too
+(compared by value). If every guard holds, ``f`` would have made exactly the same calls with
+the same constants, so the plan is its recording. A failed guard (or any error while replaying)
+records ``f`` afresh, which also makes a new plan; a function that keeps failing falls back to
+plain recording, with a one-time warning.
+
+A function is recorded every call, never replayed, when its recording contains anything the
+plan does not represent: writes (``x[i] = v``, ``+=`` on arrays, ``out=``), ``like=``
+constructors, functions implemented as compositions of other ops, multi-output ops, rules
+registered by the user, complex values, values of another transformation (nesting), or a write
+into one of its constant arguments. Debug mode always records. A guard whose value changes
+with the inputs (``mp.stop_gradient(x)`` used as a constant) makes every replay fail, so such
+a function soon falls back to recording.
+
+What a replayed function may not do (it would not be re-run): depend on anything but its
+arguments (globals, closures that change, random numbers drawn inside it, the time), or have
+side effects it relies on (printing, appending to a list). Pass ``replay=False`` to
+:func:`~mooncake_py.prepare_gradient_cache` for such functions.
+"""
+import operator
+import warnings
+
+import numpy as np
+
+from ..config import current_config
+from ..dispatch import WRAPPER_TYPES
+from ..pytree import flatten
+from ..rules import BUILTIN_RRULES
+from ..rules.broadcasting import shape_of
+from ..rules.derivative_table import load_for
+from ..rules.mutation import MUTATORS
+from ..rules.registry import RRULES, COMPOSITES, ZERO_DERIVATIVE
+from . import fastpath
+from .pullbacks import ItemRead
+from .tape import ComplexTape, Tape
+from .tracked import TrackedArray
+
+# Consecutive failed replays (guards that did not hold) after which a cache stops replaying.
+MAX_FAILURES = 3
+
+_SLOT, _CONST, _SEQ_T = 0, 1, 2
+_OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN = 0, 1, 2, 3, 4, 5
+_F64 = np.float64
+_BINARY = {np.add: (operator.add, fastpath._pb_add), np.subtract: (operator.sub, fastpath._pb_sub),
+           np.multiply: (operator.mul, fastpath._pb_mul),
+           np.true_divide: (operator.truediv, fastpath._pb_div)}
+_SEQ = (list, tuple)
+
+
+class _Unsupported(Exception):
+    """The recording holds something a plan cannot represent."""
+
+
+class PlanTape(Tape):
+    """A :class:`Tape` that also logs the plan of what it records (see the module docstring).
+    The scalar-loop short paths (fastpath.py) apply to plain Tapes only, so every op comes
+    through :meth:`record` here."""
+
+    def __init__(self):
+        super().__init__()
+        self.plan_steps = []
+        self.plan_broken = None  # why no plan can be made, once something unsupported ran
+
+    def _break(self, why):
+        if self.plan_broken is None:
+            self.plan_broken = why
+
+    def record(self, fn, args, kwargs):
+        if self.plan_broken is not None:
+            return Tape.record(self, fn, args, kwargs)
+        if fn in MUTATORS or fn in COMPOSITES:
+            self._break(f"{fn!r} is a composition of other ops")
+            return Tape.record(self, fn, args, kwargs)
+        if fn not in RRULES and fn not in ZERO_DERIVATIVE:
+            load_for(fn)  # a scipy.special ufunc: register its rule before logging it
+        n0 = len(self._parents)
+        out = Tape.record(self, fn, args, kwargs)
+        if self.plan_broken is not None:  # (e.g. the op was complex: this is a ComplexTape now)
+            return out
+        try:
+            self._log(fn, args, kwargs, out, n0)
+        except _Unsupported as e:
+            self._break(str(e))
+        return out
+
+    def _log(self, fn, args, kwargs, out, n0):
+        n1 = len(self._parents)
+        kw = _plain_kwargs(kwargs, self)
+        tmpl = tuple(_template(a, self) for a in args)
+        if n1 == n0:  # a plain result the Python code sees: a guard
+            if not any(t[0] != _CONST for t in tmpl):
+                raise _Unsupported("an op on values of another transformation")
+            self.plan_steps.append((_GUARD, fn, tmpl, kw, _copy(out)))
+            return
+        if n1 != n0 + 1 or type(out) is not TrackedArray or out._tape is not self or \
+                out._node != n0:
+            raise _Unsupported(f"{fn!r} made several nodes")
+        if fn not in BUILTIN_RRULES:
+            raise _Unsupported(f"{fn!r} has a user-registered rule")
+        v = out._value
+        dt = getattr(v, "dtype", None)
+        if dt is None or dt.kind != "f":
+            raise _Unsupported("a non-float output")
+        needs = tuple(p is not None for p in self._parents[n0])
+        step = _scalar_step(fn, tmpl, n0, args, v) if not kw and type(v) is _F64 else None
+        self.plan_steps.append(step or (_OP, fn, RRULES[fn], tmpl, kw, needs, n0,
+                                        tuple(shape_of(v)), dt))
+
+    def observe(self, node, conv, result):
+        """``conv(value)`` (bool, int, operator.index) of a tracked value was seen by ``f``."""
+        if self.plan_broken is None:
+            self.plan_steps.append((_OBSERVE, node, conv, result))
+
+    def like(self, handle, func, args, kwargs):
+        self._break("a like= constructor")
+        return Tape.like(self, handle, func, args, kwargs)
+
+    def _go_complex(self):
+        # No plan for complex values; from here on the tape checks every op's complex inputs
+        # as any tape does (and stops logging).
+        self._break("complex values")
+        self.__class__ = ComplexTape
+
+
+def _scalar_step(fn, tmpl, node, args, y):
+    """The scalar-loop ops as the short paths of fastpath.py record them (an ItemRead, the
+    table's derivative written out), when their rule is the built-in one; else None."""
+    if RRULES.get(fn) is not fastpath._BUILTIN.get(fn, False):
+        return None
+    if fn is operator.getitem:
+        (ka, pa), (kb, key) = tmpl
+        if ka == _SLOT and kb == _CONST and type(key) in fastpath._INT_KEYS and \
+                type(args[0]._value) is np.ndarray:
+            return (_ITEM, fn, node, pa, key, ItemRead(args[0]._value.shape, key))
+        return None
+    how = fastpath._UNARY.get(fn)
+    if how is not None:
+        (ka, pa), = tmpl
+        if ka == _SLOT and type(args[0]._value) is _F64:
+            return (_UNARY, fn, node, pa, how[0], how[1])
+        return None
+    how = _BINARY.get(fn)
+    if how is not None and len(tmpl) == 2:
+        ok = True
+        for (k, ref), a in zip(tmpl, args):
+            if k == _SLOT:
+                ok = ok and type(a._value) is _F64
+            else:
+                ok = ok and k == _CONST and type(ref) in (_F64, float, int)
+        if ok:
+            which = 0 if tmpl[0][0] == tmpl[1][0] == _SLOT else 1 if tmpl[0][0] == _SLOT else 2
+            return (_BIN, fn, node, tmpl, how[0], how[1], which)
+    return None
+
+
+def _plain_kwargs(kwargs, tape):
+    if not kwargs:
+        return kwargs
+    kw = dict(kwargs)
+    if "out" in kw:
+        o = kw.pop("out")
+        if o is not None and not (type(o) is tuple and all(u is None for u in o)):
+            raise _Unsupported("out=")
+    for v in kw.values():
+        if type(v) in WRAPPER_TYPES or (type(v) in _SEQ and any(type(b) in WRAPPER_TYPES
+                                                                  for b in v)):
+            raise _Unsupported("a tracked keyword argument")
+    return {k: _copy(v) for k, v in kw.items()}
+
+
+def _template(a, tape):
+    t = type(a)
+    if t is TrackedArray and a._tape is tape:
+        return (_SLOT, a._node)
+    if t in WRAPPER_TYPES:
+        raise _Unsupported("a value of another transformation")
+    if t in _SEQ:
+        items = tuple(_template(b, tape) for b in a)
+        if all(i[0] == _CONST for i in items):
+            return (_CONST, _copy(a))
+        return (_SEQ_T, t, items)
+    return (_CONST, _copy(a))
+
+
+def _copy(v):
+    """A constant as it was when recorded (the caller may reuse its buffers afterwards)."""
+    if type(v) is np.ndarray:
+        return v.copy()
+    if type(v) in _SEQ:
+        return type(v)(_copy(b) for b in v)
+    return v
+
+
+def _fill(tmpl, values):
+    out = []
+    for t in tmpl:
+        k = t[0]
+        if k == _SLOT:
+            out.append(values[t[1]])
+        elif k == _CONST:
+            out.append(t[1])
+        else:
+            out.append(t[1](_fill(t[2], values)))
+    return out
+
+
+def _same(a, b):
+    """Whether a recomputed plain value equals the one recorded (type, dtype, shape, contents;
+    NaNs in the same places count as equal)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) in _SEQ:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (np.ndarray, np.generic)):
+        if a.dtype != b.dtype or np.shape(a) != np.shape(b):
+            return False
+        try:
+            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        except TypeError:
+            return bool(np.array_equal(a, b))
+    try:
+        return bool(a == b)
+    except Exception:
+        return a is b
+
+
+class _Failed(Exception):
+    """A guard did not hold: the function must be recorded again."""
+
+
+class Plan:
+    """A recording of ``f`` at one set of arguments, ready to be run on new values."""
+
+    def __init__(self, tape, inputs, ynode, constants):
+        self.steps = tape.plan_steps
+        self.n = len(tape._parents)
+        self.parents = list(tape._parents)
+        self.fns = list(tape._fns)
+        self.inputs = inputs
+        self.ynode = ynode
+        self.constants = constants  # (position among the flattened leaves, recorded copy)
+
+    def run(self, leaves):
+        """``(value, cotangents of the inputs)`` for the tracked ``leaves``; raises _Failed."""
+        values = [None] * self.n
+        for node, leaf in zip(self.inputs, leaves):
+            values[node] = np.float64(leaf) if type(leaf) is float else leaf
+        pbs = [None] * self.n
+        for step in self.steps:
+            kind = step[0]
+            if kind == _ITEM:
+                _, fn, node, p, key, pb = step
+                v = values[p]
+                if type(v) is not np.ndarray or RRULES.get(fn) is not fastpath._BUILTIN[fn]:
+                    raise _Failed()
+                y = v[key]
+                if type(y) is not _F64:
+                    raise _Failed()
+                values[node] = y
+                pbs[node] = pb
+            elif kind == _BIN:
+                _, fn, node, ((ka, ra), (kb, rb)), op, factory, which = step
+                a = values[ra] if ka == _SLOT else ra
+                b = values[rb] if kb == _SLOT else rb
+                if (ka == _SLOT and type(a) is not _F64) or (kb == _SLOT and type(b) is not _F64) \
+                        or RRULES.get(fn) is not fastpath._BUILTIN[fn]:
+                    raise _Failed()
+                y = op(a, b)
+                if type(y) is not _F64:
+                    raise _Failed()
+                values[node] = y
+                pbs[node] = factory(a, b, y, which)
+            elif kind == _UNARY:
+                _, fn, node, p, d1, factory = step
+                v = values[p]
+                if type(v) is not _F64 or RRULES.get(fn) is not fastpath._BUILTIN[fn]:
+                    raise _Failed()
+                y = -v if factory is fastpath._neg_pullback else fn(v)
+                if type(y) is not _F64:
+                    raise _Failed()
+                values[node] = y
+                pbs[node] = factory(d1, v, y)
+            elif kind == _OP:
+                _, fn, rule, tmpl, kw, needs, node, shape, dt = step
+                if RRULES.get(fn) is not rule:  # a rule registered since the recording
+                    raise _Failed()
+                out, pb = rule(_fill(tmpl, values), kw, needs)
+                if type(out) is float:
+                    out = np.float64(out)
+                if pb is None or getattr(out, "dtype", None) != dt or \
+                        tuple(shape_of(out)) != shape:
+                    raise _Failed()
+                values[node] = out
+                pbs[node] = pb
+            elif kind == _GUARD:
+                _, fn, tmpl, kw, seen = step
+                args = _fill(tmpl, values)
+                got = getattr(fn[0], fn[1])(*args, **kw) if type(fn) is tuple else \
+                    fn(*args, **kw)
+                if not _same(got, seen):
+                    raise _Failed()
+            else:
+                _, node, conv, seen = step
+                if conv(values[node]) != seen:
+                    raise _Failed()
+        tape = Tape()
+        if tape._debug:  # debug mode checks every cotangent: the recording path does that
+            raise _Failed()
+        tape._pullbacks, tape._parents, tape._fns = pbs, self.parents, self.fns
+        try:
+            y = TrackedArray(values[self.ynode], tape, self.ynode)
+            entries = [TrackedArray(values[n], tape, n) for n in self.inputs]
+            cts = tape.gradient(y, entries)
+        finally:
+            tape.close()
+        return values[self.ynode], cts
+
+
+def _observing(conv, general):
+    def method(self):
+        r = general(self)
+        t = self._tape
+        if type(t) is PlanTape:
+            t.observe(self._node, conv, r)
+        return r
+    method.__name__ = general.__name__
+    return method
+
+
+def install():
+    """Let PlanTapes see ``bool`` and ``int`` of tracked values (a type check for every other
+    tape). (Tracked values are floats: ``operator.index`` of one raises, so it needs none.)"""
+    from ..array_ops import ArrayOps
+    TrackedArray.__bool__ = _observing(bool, ArrayOps.__bool__)
+    TrackedArray.__int__ = _observing(int, ArrayOps.__int__)
+
+
+def record_call(f, args, nums, tape_cls):
+    """``value_and_grad(f, argnums=nums)(*args)`` recorded on a ``tape_cls``: returns the value,
+    the gradients (a tuple), the tracked arguments and the tape (as the general path of
+    :func:`~mooncake_py.value_and_grad` does, step for step)."""
+    from .. import array_module as am
+    from ..api import _Tracked, _check_scalar, _unwrap_out, _fname, gc_paused
+    am.module_of(*[args[i] for i in nums], what=f"the arguments of {_fname(f)}")
+    tape = tape_cls()
+    with gc_paused():
+        try:
+            tr = _Tracked(f, args, nums, tape)
+            y = f(*tr.args)
+            _check_scalar(f, y)
+            grads = tr.structure(tape.gradient(y, tr.entry))
+        finally:
+            tape.close()
+    return _unwrap_out(y), tuple(grads), tr, tape, y
+
+
+class Replayer:
+    """The replay state of one gradient cache: its plan, and how often replay failed.
+
+    Example:
+        >>> import numpy as np
+        >>> r = Replayer()
+        >>> f = lambda x: np.sum(np.sin(x))
+        >>> y0, (g0,) = r.call(f, (np.zeros(2),), (0,))   # records, and plans
+        >>> y1, (g1,) = r.call(f, (np.ones(2),), (0,))    # replays
+        >>> bool(np.allclose(g1, np.cos(1.0))), r.replays
+        (True, 1)
+    """
+
+    def __init__(self):
+        self.plan = None
+        self.failures = 0
+        self.disabled = False
+        self.warned = False
+        self.replays = 0  # calls served by the plan (for tests and benchmarks)
+
+    def call(self, f, args, nums):
+        """``(value, gradients)`` of ``f`` at ``args``: from the plan when there is one whose
+        guards hold, else by recording (which makes a new plan)."""
+        if self.disabled or current_config().debug_mode:  # (debug mode checks the recording)
+            return record_call(f, args, nums, Tape)[:2]
+        if self.plan is not None:
+            plan = self.plan
+            leaves, consts = _split_leaves(args, nums)
+            if leaves is not None and len(consts) == len(plan.constants) and all(
+                    _same(c, s) for c, s in zip(consts, plan.constants)):
+                try:
+                    with _gc_paused():
+                        y, cts = plan.run(leaves)
+                    grads = tuple(plan.finish(cts))
+                except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
+                    pass
+                else:
+                    self.failures = 0
+                    self.replays += 1
+                    return y, grads
+            self.failures += 1
+            if self.failures >= MAX_FAILURES:
+                self.disabled, self.plan = True, None
+                if not self.warned:
+                    self.warned = True
+                    warnings.warn(
+                        f"the prepared gradient cache of {getattr(f, '__qualname__', f)!r} "
+                        "stopped replaying its recording: its guards (branches on traced "
+                        f"values, or the constant arguments) failed {MAX_FAILURES} times in a "
+                        "row, so it records every call from now on. Prepare it with "
+                        "replay=False to silence this.", RuntimeWarning, stacklevel=3)
+                return record_call(f, args, nums, Tape)[:2]
+        before = [_copy(c) for c in _split_leaves(args, nums)[1]]
+        y, grads, tr, tape, yt = record_call(f, args, nums, PlanTape)
+        self.plan = _make_plan(tape, tr, yt, args, nums, before)
+        return y, grads
+
+
+_API = {}
+
+
+def _api(name):
+    """A function of mooncake_py.api (which imports this package: looked up on first use)."""
+    f = _API.get(name)
+    if f is None:
+        from .. import api
+        f = _API[name] = getattr(api, name)
+    return f
+
+
+def _gc_paused():
+    return _api("gc_paused")()
+
+
+def _split_leaves(args, nums):
+    """(the tracked leaves in recording order, the other leaves) of ``args``; None for the
+    first when a leaf is not of a kind the plan replays."""
+    is_float_leaf = _api("is_float_leaf")
+    leaves, consts = [], []
+    for i, a in enumerate(args):
+        for leaf in flatten(a)[0]:
+            if i in nums and is_float_leaf(leaf):
+                t = type(leaf)
+                if not (t is float or (t in (np.ndarray, np.float64)
+                                       and leaf.dtype == np.float64)):
+                    return None, consts
+                leaves.append(leaf)
+            else:
+                consts.append(leaf)
+    return leaves, consts
+
+
+def _make_plan(tape, tr, y, args, nums, before):
+    if type(tape) is not PlanTape and getattr(tape, "_open_class", None) is not PlanTape:
+        return None  # it became a MutatingTape: writes are not planned
+    if tape.plan_broken is not None:
+        return None
+    if type(y) is not TrackedArray or y._tape is not tape:
+        return None
+    leaves, consts = _split_leaves(args, nums)
+    if leaves is None or len(consts) != len(before) or \
+            not all(_same(a, b) for a, b in zip(consts, before)):
+        return None  # f wrote into a constant argument: a replay would not
+    inputs = [e._node for e in tr.entry]
+    if inputs != list(range(len(inputs))):
+        return None
+    plan = Plan(tape, inputs, y._node, before)
+    plan.finish = tr.structure
+    return plan
