@@ -123,51 +123,39 @@ def _lane_conv_full(t, other, t_first):
     return convolve(t, o, "full") if t_first else convolve(o, t, "full")
 
 
-@rrule(convolve, needs=True)
-def _convolve(needs, in1, in2, mode="full", method="auto"):
-    _check_mode("convolve", in1, in2, mode)
-    y = convolve(in1, in2, mode, method)
-    win = _window(shape_of(in1), shape_of(in2), mode)
-    return y, lambda g: _pad(needs, *_conv_cotangents(needs, g, in1, in2, win))
+def _register(fn, name, flipped):
+    """The rules of ``fn``: convolve, or (``flipped``) correlate, which is convolve with ``in2``
+    flipped on every axis, so its derivatives are convolve's with that flip."""
+    def kernel(v, lanes=0):
+        # a lane-first tangent keeps its lane axis in place
+        return np.flip(v, tuple(range(lanes, len(shape_of(v))))) if flipped else v
 
-
-@frule(convolve, lanes=True)
-def _convolve_f(primals, tangents, **kw):
-    d1, d2 = _tan(tangents, 0), _tan(tangents, 1)
-
-    def go(in1, in2, mode="full", method="auto"):
-        _check_mode("convolve", in1, in2, mode)
+    @rrule(fn, needs=True)
+    def _(needs, in1, in2, mode="full", method="auto"):
+        _check_mode(name, in1, in2, mode)
+        y = fn(in1, in2, mode, method)
         win = _window(shape_of(in1), shape_of(in2), mode)
-        t = _addt(None if d1 is None else _lane_conv_full(d1, in2, True),
-                  None if d2 is None else _lane_conv_full(d2, in1, False))
-        return convolve(in1, in2, mode, method), _crop(t, win)
-    return go(*primals, **kw)
+
+        def pullback(g):
+            ga, gb = _conv_cotangents(needs, g, in1, kernel(in2), win)
+            return _pad(needs, ga, None if gb is None else kernel(gb))
+        return y, pullback
+
+    @frule(fn, lanes=True)
+    def _(primals, tangents, **kw):
+        d1, d2 = _tan(tangents, 0), _tan(tangents, 1)
+
+        def go(in1, in2, mode="full", method="auto"):
+            _check_mode(name, in1, in2, mode)
+            win = _window(shape_of(in1), shape_of(in2), mode)
+            t = _addt(None if d1 is None else _lane_conv_full(d1, kernel(in2), True),
+                      None if d2 is None else _lane_conv_full(kernel(d2, 1), in1, False))
+            return fn(in1, in2, mode, method), _crop(t, win)
+        return go(*primals, **kw)
 
 
-@rrule(correlate, needs=True)
-def _correlate(needs, in1, in2, mode="full", method="auto"):
-    _check_mode("correlate", in1, in2, mode)
-    y = correlate(in1, in2, mode, method)
-    win = _window(shape_of(in1), shape_of(in2), mode)
-
-    def pullback(g):
-        ga, gb = _conv_cotangents(needs, g, in1, np.flip(in2), win)
-        return _pad(needs, ga, None if gb is None else np.flip(gb))
-    return y, pullback
-
-
-@frule(correlate, lanes=True)
-def _correlate_f(primals, tangents, **kw):
-    d1, d2 = _tan(tangents, 0), _tan(tangents, 1)
-
-    def go(in1, in2, mode="full", method="auto"):
-        _check_mode("correlate", in1, in2, mode)
-        win = _window(shape_of(in1), shape_of(in2), mode)
-        lane_axes = tuple(range(1, len(shape_of(in2)) + 1))
-        t = _addt(None if d1 is None else _lane_conv_full(d1, np.flip(in2), True),
-                  None if d2 is None else _lane_conv_full(np.flip(d2, lane_axes), in1, False))
-        return correlate(in1, in2, mode, method), _crop(t, win)
-    return go(*primals, **kw)
+_register(convolve, "convolve", flipped=False)
+_register(correlate, "correlate", flipped=True)
 
 
 # --- lfilter ----------------------------------------------------------------------------------
