@@ -193,3 +193,16 @@ def test_function_writing_into_a_constant_argument_is_not_replayed():
         _check_same(got, want)
         assert c.tolist() == c0.tolist() == [1]
     assert cache._replay.replays == 0
+
+
+def test_caught_errors_leave_the_call_unplanned():
+    def f(x):
+        K = np.outer(x, x) + np.diag(x)
+        try:
+            return np.sum(np.linalg.cholesky(K))
+        except np.linalg.LinAlgError:
+            return np.sum(K * K)
+    bad, good = np.array([-1.0, 1.0]), np.array([1.0, 2.0])
+    cache = mp.prepare_gradient_cache(f, bad)
+    _calls(cache, f, [(bad,), (good,), (good * 2,)])
+    assert cache._replay.replays == 1  # the third call replays the second's (successful) plan

@@ -27,8 +27,10 @@ with the inputs (``mp.stop_gradient(x)`` used as a constant) makes every replay 
 a function soon falls back to recording.
 
 What a replayed function may not do (it would not be re-run): depend on anything but its
-arguments (globals, closures that change, random numbers drawn inside it, the time), or have
-side effects it relies on (printing, appending to a list). Pass ``replay=False`` to
+arguments (globals, closures that change, random numbers drawn inside it, the time, NumPy's
+error state), read the private ``_value`` of a traced value, or have side effects it relies on
+(printing, appending to a list). An op that raises while recording (``f`` catching a
+LinAlgError, say) leaves the call unplanned. Pass ``replay=False`` to
 :func:`~mooncake_py.prepare_gradient_cache` for such functions.
 """
 import operator
@@ -88,7 +90,13 @@ class PlanTape(Tape):
         if fn not in RRULES and fn not in ZERO_DERIVATIVE:
             load_for(fn)  # a scipy.special ufunc: register its rule before logging it
         n0 = len(self._parents)
-        out = Tape.record(self, fn, args, kwargs)
+        try:
+            out = Tape.record(self, fn, args, kwargs)
+        except BaseException:
+            # f may catch it and take another path: which path depends on the values, and a
+            # plan cannot re-raise at the same point, so this recording is not planned
+            self._break(f"{fn!r} raised")
+            raise
         if self.plan_broken is not None:  # (e.g. the op was complex: this is a ComplexTape now)
             return out
         try:
