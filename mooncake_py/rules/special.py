@@ -116,22 +116,25 @@ def _lse_signed(a, axis, b, keepdims):
     return out, sign
 
 
+def _lse_cotangents(needs, g, a, b, axis, keepdims, weights):
+    """(ā, None, b̄, ...) of log|Σ b·exp(a)| for the cotangent ``g``, from ``weights(shape)``
+    = exp(a)/Σ b·exp(a), the derivative in each b_i (times b_i: in each a_i)."""
+    shape = _full_shape(a, b)
+    gk = expand_reduced(g, shape, axis, keepdims)
+    w = weights(shape)
+    ga = gb = None
+    if needs[0]:
+        ga = unbroadcast(gk * (w if b is None else b * w), shape_of(a))
+    if len(needs) > 2 and needs[2]:
+        gb = unbroadcast(np.broadcast_to(gk * w, shape), shape_of(b))
+    return (ga, None, gb, None, None)[:len(needs)]
+
+
 def _signed_rule(needs, a, axis, b, keepdims):
     out, sign, s, m = _lse_signed_parts(a, axis, b, keepdims)
-
-    def pullback(gs):
-        g = gs[0]  # the sign is piecewise constant
-        shape = _full_shape(a, b)
-        gk = expand_reduced(g, shape, axis, keepdims)
-        # ∂ log|s| / ∂a_i = b_i·exp(a_i - m) / s, whatever the sign of s
-        w = np.exp(a - m) / s
-        ga = gb = None
-        if needs[0]:
-            ga = unbroadcast(gk * (w if b is None else b * w), shape_of(a))
-        if len(needs) > 2 and needs[2]:
-            gb = unbroadcast(np.broadcast_to(gk * w, shape), shape_of(b))
-        return (ga, None, gb, None, None)[:len(needs)]
-    return (out, sign), pullback
+    # the sign is piecewise constant; the weights hold whatever the sign of s
+    return (out, sign), lambda gs: _lse_cotangents(needs, gs[0], a, b, axis, keepdims,
+                                                   lambda shape: np.exp(a - m) / s)
 
 
 @rrule(logsumexp, needs=True)
@@ -141,18 +144,10 @@ def _logsumexp(needs, a, axis=None, b=None, keepdims=False, return_sign=False):
     shifted, m = _lse_parts(a, axis, b, keepdims)
     y = shifted + (m if keepdims else np.reshape(m, shape_of(shifted)))
 
-    def pullback(g):
-        shape = _full_shape(a, b)
-        gk = expand_reduced(g, shape, axis, keepdims)
-        # exp(a - y): the weights b·exp(a - y) sum to one along axis.
-        e = np.exp((a - m) - expand_reduced(shifted, shape, axis, keepdims))
-        ga = gb = None
-        if needs[0]:
-            ga = unbroadcast(gk * (e if b is None else b * e), shape_of(a))
-        if len(needs) > 2 and needs[2]:
-            gb = unbroadcast(np.broadcast_to(gk * e, shape), shape_of(b))
-        return (ga, None, gb, None, None)[:len(needs)]
-    return y, pullback
+    def weights(shape):
+        # exp(a - y) with y = m + shifted: the weights b·exp(a - y) sum to one along axis
+        return np.exp((a - m) - expand_reduced(shifted, shape, axis, keepdims))
+    return y, lambda g: _lse_cotangents(needs, g, a, b, axis, keepdims, weights)
 
 
 def _bind(names, defaults, primals, tangents, kwargs):
