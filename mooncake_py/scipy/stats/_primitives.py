@@ -132,10 +132,10 @@ def _count(n):
     return np.asarray(n).astype(np.int64)
 
 
-# Binomial CDF I_{1-p}(n-k, k+1) at integer k < n: ∂/∂p = -(n-k)·C(n,k)·p^k·(1-p)^(n-k-1).
+# Binomial CDF I_{1-p}(n-k, k+1) = 1 - I_p(k+1, n-k) at integer k < n: ∂/∂p is minus the
+# Beta(k+1, n-k) density at p, (n-k)·C(n,k)·p^k·(1-p)^(n-k-1).
 bdtr = _elementwise(lambda k, n, p: sc.bdtr(k, _count(n), p),
                     (("binom.cdf", "k", "the CDF of a discrete distribution is piecewise "
                                         "constant in k."),
                      ("binom.cdf", "n", "n is a count (integer-valued)."),  # refused earlier
-                     lambda k, n, p: -np.exp(sc.xlogy(k, p) + sc.xlog1py(n - k - 1.0, -p)
-                                             - sc.betaln(n - k, k + 1.0))))
+                     lambda k, n, p: -_beta_density(k + 1.0, n - k, p)))
