@@ -14,6 +14,8 @@ from ...rules.reductions import dtype_of
 NAN, INF = float("nan"), float("inf")
 LOG_PI = math.log(math.pi)
 LOG_2PI = math.log(2 * math.pi)
+LOG2 = math.log(2.0)
+NORM_LOGC = 0.5 * math.log(2 * math.pi)   # log √(2π), the standard normal's normaliser
 
 
 def scipy_stats():

@@ -1,17 +1,13 @@
 """Matrix-variate distributions of the stats mirror: wishart and invwishart, with SciPy's
 signatures and layout. Both the quantiles and the scale are factored by (batched) Cholesky, so
 the log-density is differentiable in ``x``, ``df`` and ``scale``, to second order."""
-import math
-
 import numpy as np
 
-from ._base import Distribution, tracked, arr
+from ._base import Distribution, tracked, arr, LOG2
 from ._multivariate import _MultivariateFrozen, _plain, _squeeze
 from ...linalg import solve_triangular
 from ..special import multigammaln
 from ...rules.broadcasting import shape_of
-
-_LOG2 = math.log(2.0)
 
 
 def _wishart_params(df, scale):
@@ -95,7 +91,7 @@ class wishart_gen(Distribution):
         # tr(scale⁻¹ x) = |C⁻¹ Lx|² with scale = C Cᵀ, x = Lx Lxᵀ
         tr = np.sum(solve_triangular(C, Lx, lower=True) ** 2, axis=(-2, -1))
         out = ((0.5 * (df - dim - 1) * log_det_x - 0.5 * tr)
-               - (0.5 * df * dim * _LOG2 + 0.5 * df * log_det_scale
+               - (0.5 * df * dim * LOG2 + 0.5 * df * log_det_scale
                   + multigammaln(0.5 * df, dim)))
         return _squeeze(out)
 
@@ -150,7 +146,7 @@ class invwishart_gen(wishart_gen):
         tr = np.sum(solve_triangular(Lx, np.broadcast_to(C, shape_of(Lx)), lower=True) ** 2,
                     axis=(-2, -1))
         out = ((0.5 * df * log_det_scale - 0.5 * tr)
-               - (0.5 * df * dim * _LOG2 + 0.5 * (df + dim + 1) * log_det_x)
+               - (0.5 * df * dim * LOG2 + 0.5 * (df + dim + 1) * log_det_x)
                - multigammaln(0.5 * df, dim))
         return _squeeze(out)
 

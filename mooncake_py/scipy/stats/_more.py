@@ -7,15 +7,13 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from ._base import Univariate, Discrete, INF, scipy_stats
+from ._base import Univariate, Discrete, INF, LOG2, NORM_LOGC, scipy_stats
 from . import _primitives as P
 from ...rules.registry import stop_gradient
 
 _LOG_2_OVER_PI = math.log(2.0 / math.pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT2 = math.sqrt(2.0)
-_LOG2 = math.log(2.0)
-_NORM_LOGC = 0.5 * math.log(2 * math.pi)
 
 
 class halfnorm_gen(Univariate):
@@ -145,7 +143,7 @@ class chi2_gen(Univariate):
     _safe_z = 1.0
 
     def _logpdf(self, z, df):
-        return sc.xlogy(df / 2.0 - 1, z) - z / 2.0 - sc.gammaln(df / 2.0) - (_LOG2 * df) / 2.0
+        return sc.xlogy(df / 2.0 - 1, z) - z / 2.0 - sc.gammaln(df / 2.0) - (LOG2 * df) / 2.0
 
     def _cdf(self, z, df):
         return _chi2_P(df / 2.0, z / 2.0)
@@ -253,7 +251,7 @@ class truncnorm_gen(Univariate):
         return a, b, inner
 
     def _logpdf(self, z, a, b):
-        return -z * z / 2.0 - _NORM_LOGC - _log_gauss_mass(a, b)
+        return -z * z / 2.0 - NORM_LOGC - _log_gauss_mass(a, b)
 
     def _log_tail(self, z, a, b, upper):
         """log cdf (log sf with ``upper``), SciPy's way: the ratio of two masses, or, where

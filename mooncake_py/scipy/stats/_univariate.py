@@ -5,14 +5,12 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from ._base import Univariate, Discrete, LOG_PI, INF, tracked
+from ._base import Univariate, Discrete, LOG_PI, LOG2, NORM_LOGC, INF, tracked
 from ...errors import MissingRuleError
 from . import _primitives as P
 from ...rules.registry import stop_gradient
 
-_NORM_LOGC = 0.5 * math.log(2 * math.pi)
 _NORM_C = math.sqrt(2 * math.pi)
-_LOG2 = math.log(2.0)
 
 
 class norm_gen(Univariate):
@@ -27,7 +25,7 @@ class norm_gen(Univariate):
     """
 
     def _logpdf(self, z):
-        return -z * z / 2.0 - _NORM_LOGC
+        return -z * z / 2.0 - NORM_LOGC
 
     def _pdf(self, z):
         return np.exp(-z * z / 2.0) / _NORM_C
@@ -63,7 +61,7 @@ class t_gen(Univariate):
         inf = np.isinf(df)
         if not np.any(inf):
             return P.t_logpdf_std(z, df)
-        return np.where(inf, -z * z / 2.0 - _NORM_LOGC, P.t_logpdf_std(z, np.where(inf, 1.0, df)))
+        return np.where(inf, -z * z / 2.0 - NORM_LOGC, P.t_logpdf_std(z, np.where(inf, 1.0, df)))
 
     def _pdf(self, z, df):
         inf = np.isinf(df)
@@ -141,7 +139,7 @@ class laplace_gen(Univariate):
     """
 
     def _logpdf(self, z):
-        return -np.abs(z) - _LOG2
+        return -np.abs(z) - LOG2
 
     def _pdf(self, z):
         return 0.5 * np.exp(-np.abs(z))
