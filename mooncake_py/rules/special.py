@@ -173,32 +173,29 @@ def _logsumexp_frule(primals, tangents, **kwargs):
     if da is None and db is None:
         return y, None
     shape = _full_shape(a, b)
-    nd = len(shape)
-    # dy = Σ (b·da + db)·exp(a - y) over axis; lane-first tangents get singleton axes so that
-    # they broadcast against the full shape.
     e = np.exp((a - m) - expand_reduced(shifted, shape, axis, keepdims))
-    terms = None
-    if da is not None:
-        terms = align(da, nd) * (e if b is None else b * e)
-    if db is not None:
-        tb = align(db, nd) * e
-        terms = tb if terms is None else terms + tb
-    return y, np.sum(terms, axis=lane_axes(axis, nd), keepdims=keepdims)
+    return y, _lse_tangent(da, db, b, e, axis, keepdims, len(shape))
 
 
-def _signed_frule(a, axis, b, keepdims, da, db):
-    out, sign, s, m = _lse_signed_parts(a, axis, b, keepdims)
-    if da is None and db is None:
-        return (out, sign), None
-    nd = len(_full_shape(a, b))
-    w = np.exp(a - m) / s
+def _lse_tangent(da, db, b, w, axis, keepdims, nd):
+    """Σ (b·da + db)·w over ``axis``: the tangent of log|Σ b·exp(a)| for the weights ``w`` =
+    exp(a)/Σ b·exp(a). Lane-first tangents get singleton axes so that they broadcast against
+    the full shape (of rank ``nd``)."""
     terms = None
     if da is not None:
         terms = align(da, nd) * (w if b is None else b * w)
     if db is not None:
         tb = align(db, nd) * w
         terms = tb if terms is None else terms + tb
-    return (out, sign), (np.sum(terms, axis=lane_axes(axis, nd), keepdims=keepdims), None)
+    return np.sum(terms, axis=lane_axes(axis, nd), keepdims=keepdims)
+
+
+def _signed_frule(a, axis, b, keepdims, da, db):
+    out, sign, s, m = _lse_signed_parts(a, axis, b, keepdims)
+    if da is None and db is None:
+        return (out, sign), None
+    dy = _lse_tangent(da, db, b, np.exp(a - m) / s, axis, keepdims, len(_full_shape(a, b)))
+    return (out, sign), (dy, None)
 
 
 def _softmax(x, axis):
