@@ -244,3 +244,23 @@ def test_a_rule_registered_later_turns_its_short_path_off():
     finally:
         RRULES[np.multiply] = saved
     assert calls and g.tolist() == [3.0, 2.0]
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3), (1,)])
+def test_sum_short_path_bitwise(shape):
+    x = np.random.default_rng(2).standard_normal(shape)
+    f = lambda x: np.sum(np.sin(x) * x) * np.sum(x)  # noqa: E731
+    v, g = mp.value_and_grad(f)(x)
+    v0, g0 = _general(mp.value_and_grad(f), x)
+    np.testing.assert_array_equal(v, v0)
+    np.testing.assert_array_equal(g, g0)
+    assert g.flags.writeable and g.shape == shape
+
+
+def test_sum_short_path_leaves_other_sums_alone():
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(mp.grad(lambda x: np.sum(np.sum(x, axis=0) ** 2))(x),
+                                  2 * np.broadcast_to(x.sum(0), (2, 3)))
+    np.testing.assert_array_equal(mp.grad(lambda x: x.sum())(x), np.ones((2, 3)))
+    h = mp.hvp(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]), np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(h, [6.0, 12.0])

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..array_ops import ArrayOps
 from ..rules.derivative_table import _div as div
+from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from .pullbacks import ItemRead
 from .tape import Tape, _SWEEPING
@@ -172,6 +173,34 @@ def _neg(self):
     return _general_neg(self) if r is None else r
 
 
+_general_array_function = TrackedArray.__array_function__
+_SUM = np.sum
+_add_reduce = np.add.reduce
+
+
+def _sum_pullback(shape):
+    return lambda g: (broadcast_cotangent(g, shape),)
+
+
+def _array_function(self, func, types, args, kwargs):
+    # np.sum(x) of a float64 array, the usual last op of a loss: np.add.reduce over all axes is
+    # what np.sum runs, and the pullback is the sum rule's for axis=None, no dtype, no where=.
+    if func is _SUM and not kwargs and len(args) == 1 and args[0] is self:
+        tape = self._tape
+        v = self._value
+        if type(tape) is Tape and type(v) is _NDARRAY and v.dtype.type is _F64 and v.ndim and \
+                not tape._debug and RRULES.get(_SUM) is _BUILTIN[_SUM] and \
+                _SWEEPING.get() <= tape._level:
+            y = _add_reduce(v, axis=None)
+            if type(y) is _F64:
+                node = len(tape._parents)
+                tape._pullbacks.append(_sum_pullback(v.shape))
+                tape._parents.append((self._node,))
+                tape._fns.append(_SUM)
+                return TrackedArray(y, tape, node)
+    return _general_array_function(self, func, types, args, kwargs)
+
+
 def install():
     """Put the short paths on TrackedArray (idempotent; done when mooncake_py.tape loads)."""
     from ..rules.derivative_table import TABLE
@@ -184,6 +213,8 @@ def install():
             _UNARY[e.ufunc] = (e.np_d1[0], _neg_pullback if e.d1[0] == "-1" else
                                _unary_pullback)
             _BUILTIN[e.ufunc] = RRULES.get(e.ufunc)
+    _BUILTIN[_SUM] = RRULES.get(_SUM)
+    TrackedArray.__array_function__ = _array_function
     TrackedArray.__array_ufunc__ = _array_ufunc
     TrackedArray.__neg__ = _neg
     TrackedArray.__getitem__ = _fast_getitem
