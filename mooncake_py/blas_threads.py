@@ -27,17 +27,23 @@ SMALL_N = 256
 MIN_N = 32
 
 _lock = threading.Lock()
-_active = 0
-_saved = []  # (setter, previous count) for the outermost single_threaded block
-_libs = None  # [(get, set)] for each OpenBLAS loaded
+_active = {}  # library name -> number of blocks inside a limit on it
+_saved = {}  # library name -> (setter, count before the outermost block)
+_libs = None  # [(name, get, set)] for each OpenBLAS loaded ("numpy", "scipy" or its path)
 _scanned_modules = -1
 
 _PREFIXES = ("openblas_", "scipy_openblas_")
 _SUFFIXES = ("64_", "")
 
 
+def _library_name(path):
+    low = path.lower()
+    return "numpy" if "numpy" in low else "scipy" if "scipy.libs" in low or "/scipy/" in low \
+        else path
+
+
 def _scan():
-    """The (get_num_threads, set_num_threads) pairs of every OpenBLAS mapped in the process."""
+    """(name, get_num_threads, set_num_threads) of every OpenBLAS mapped in the process."""
     found, paths = [], []
     try:
         with open("/proc/self/maps") as f:
@@ -59,7 +65,7 @@ def _scan():
                 if get is not None and put is not None:
                     get.restype, get.argtypes = ctypes.c_int, []
                     put.restype, put.argtypes = None, [ctypes.c_int]
-                    found.append((get, put))
+                    found.append((_library_name(p), get, put))
                     break
             else:
                 continue
@@ -76,49 +82,61 @@ def _handles():
 
 
 class _SingleThreaded:
-    """Context manager of :func:`single_threaded`: nested and concurrent blocks share one
-    limit, set by the first to enter and lifted by the last to leave."""
-    __slots__ = ()
+    """Context manager of :func:`single_threaded`, for the OpenBLAS of one library (NumPy's
+    or SciPy's: changing the other one's count would make its next threaded call pay for
+    re-waking its pool) or of all. Nested and concurrent blocks share one limit per library,
+    set by the first to enter and lifted by the last to leave."""
+    __slots__ = ("lib",)
+
+    def __init__(self, lib):
+        self.lib = lib
 
     def __enter__(self):
-        global _active
         with _lock:
-            if _active == 0:
-                for get, put in _handles():
+            for name, get, put in _handles():
+                if self.lib is not None and name != self.lib:
+                    continue
+                c = _active.get(name, 0)
+                if c == 0:
                     n = get()
                     if n > 1:
                         put(1)
-                        _saved.append((put, n))
-            _active += 1
+                        _saved[name] = (put, n)
+                _active[name] = c + 1
         return self
 
     def __exit__(self, *exc):
-        global _active
         with _lock:
-            _active -= 1
-            if _active == 0:
-                while _saved:
-                    put, n = _saved.pop()
-                    put(n)
+            for name in list(_active):
+                if self.lib is not None and name != self.lib:
+                    continue
+                c = _active[name] - 1
+                if c:
+                    _active[name] = c
+                    continue
+                del _active[name]
+                saved = _saved.pop(name, None)
+                if saved is not None:
+                    saved[0](saved[1])
         return False
 
 
-_SINGLE = _SingleThreaded()
+_SINGLE = _SingleThreaded(None)
+_BY_LIB = {"numpy": _SingleThreaded("numpy"), "scipy": _SingleThreaded("scipy")}
 
 
-def single_threaded():
-    """A context manager: OpenBLAS calls inside it run on one thread.
+def single_threaded(lib=None):
+    """A context manager: calls into OpenBLAS inside it run on one thread: those of NumPy
+    (``lib="numpy"``), of SciPy (``lib="scipy"``) or of every library (``None``).
 
     Example:
         >>> import numpy as np
-
-from .dispatch import WRAPPER_TYPES
-        >>> with single_threaded():
+        >>> with single_threaded("numpy"):
         ...     L = np.linalg.cholesky(np.eye(3) * 4.0)
         >>> L[0, 0]
         np.float64(2.0)
     """
-    return _SINGLE
+    return _SINGLE if lib is None else _BY_LIB[lib]
 
 
 class _Nothing:
@@ -141,19 +159,21 @@ def _matrix_dims(a):
     return a.shape if type(a) is np.ndarray else None
 
 
-def small(*arrays):
+def small(*arrays, lib="numpy"):
     """:func:`single_threaded` for a BLAS/LAPACK call on ``arrays`` that OpenBLAS would thread
     although it is too small to gain from it: some matrix has at least :data:`MIN_N` ²
     entries and none has a side over :data:`SMALL_N`. Otherwise (tiny calls, which OpenBLAS
     runs on one thread anyway; large ones; device arrays) a no-op context. Wrapped values
     (tracked, dual) are judged by their plain values; lists and other arguments are ignored.
 
+    ``lib`` says whose OpenBLAS the call uses: ``"numpy"`` (NumPy's functions, the default),
+    ``"scipy"`` (scipy.linalg's), or None for all.
+
     Example:
         >>> import numpy as np
-
-from .dispatch import WRAPPER_TYPES
-        >>> small(np.eye(100)) is single_threaded(), small(np.eye(1000)) is single_threaded()
-        (True, False)
+        >>> one = single_threaded("numpy")
+        >>> small(np.eye(100)) is one, small(np.eye(1000)) is one, small(np.eye(4)) is one
+        (True, False, False)
     """
     medium = False
     for a in arrays:
@@ -171,7 +191,7 @@ from .dispatch import WRAPPER_TYPES
                 return _NOTHING
             if m * n >= MIN_N * MIN_N:
                 medium = True
-    return _SINGLE if medium else _NOTHING
+    return single_threaded(lib) if medium else _NOTHING
 
 
 def _limited_rrule(rule):
@@ -197,7 +217,7 @@ class _LimitedPullback:
         self.pb = pb
 
     def __call__(self, g):
-        with _SINGLE:
+        with _BY_LIB["numpy"]:  # (SciPy calls in pullbacks limit their own library)
             return self.pb(g)
 
 

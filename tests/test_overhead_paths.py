@@ -146,33 +146,37 @@ def test_division_by_python_zero_follows_numpy():
 # --- BLAS threads: medium-sized linear algebra runs on one OpenBLAS thread -------------------
 def test_single_threaded_nests_and_restores():
     from mooncake_py import blas_threads as bt
-    original = [get() for get, _ in bt._handles()]
+    original = [get() for _, get, _ in bt._handles()]
     try:
-        for _, put in bt._handles():  # (conftest pins one thread: make the limit visible)
+        for _, _, put in bt._handles():  # (conftest pins one thread: make the limit visible)
             put(2)
         with bt.single_threaded():
-            with bt.single_threaded():
-                assert all(get() == 1 for get, _ in bt._handles())
-            assert all(get() == 1 for get, _ in bt._handles())
-        assert all(get() == 2 for get, _ in bt._handles())
-        assert bt._active == 0
+            with bt.single_threaded("numpy"):
+                assert all(get() == 1 for _, get, _ in bt._handles())
+            assert all(get() == 1 for _, get, _ in bt._handles())
+        assert all(get() == 2 for _, get, _ in bt._handles())
+        with bt.single_threaded("scipy"):  # the other library keeps its threads
+            assert all(get() == (1 if name == "scipy" else 2)
+                       for name, get, _ in bt._handles())
+        assert all(get() == 2 for _, get, _ in bt._handles())
+        assert not bt._active
     finally:
-        for (_, put), n in zip(bt._handles(), original):
+        for (_, _, put), n in zip(bt._handles(), original):
             put(n)
 
 
 def test_single_threaded_restores_after_an_error():
     from mooncake_py import blas_threads as bt
-    before = [get() for get, _ in bt._handles()]
+    before = [get() for _, get, _ in bt._handles()]
     with pytest.raises(np.linalg.LinAlgError):
         with bt.single_threaded():
             np.linalg.cholesky(-np.eye(40))
-    assert [get() for get, _ in bt._handles()] == before and bt._active == 0
+    assert [get() for _, get, _ in bt._handles()] == before and not bt._active
 
 
 def test_small_decides_by_size():
     from mooncake_py.blas_threads import small, single_threaded
-    one = single_threaded()
+    one = single_threaded("numpy")
     assert small(np.ones((64, 64)), np.ones(64)) is one
     assert small(np.ones((4, 4))) is not one          # tiny: OpenBLAS stays serial anyway
     assert small(np.ones((64, 64)), np.ones((2000, 64))) is not one   # large: keep threads

@@ -812,7 +812,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     """
     sla = _sla(a, b, "mp.linalg.solve_triangular")
     if sla is not None:
-        with small_blas(a, b):
+        with small_blas(a, b, lib="scipy"):
             return sla.solve_triangular(a, b, trans=trans, lower=lower,
                                         unit_diagonal=unit_diagonal, overwrite_b=overwrite_b,
                                         check_finite=check_finite)
@@ -885,7 +885,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         return st(c, y, trans=1 if lower else 0, lower=lower, check_finite=check_finite)
     sla = _sla()
     if sla is not None:
-        with small_blas(c, b):
+        with small_blas(c, b, lib="scipy"):
             return sla.cho_solve((c, lower), b, overwrite_b=overwrite_b,
                                  check_finite=check_finite)
     c = np.asarray(c)
