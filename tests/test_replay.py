@@ -206,3 +206,15 @@ def test_caught_errors_leave_the_call_unplanned():
     cache = mp.prepare_gradient_cache(f, bad)
     _calls(cache, f, [(bad,), (good,), (good * 2,)])
     assert cache._replay.replays == 1  # the third call replays the second's (successful) plan
+
+
+def test_object_arguments_are_not_planned():
+    def f(x, rng):
+        return np.sum(x * rng.standard_normal(3))
+    x = np.ones(3)
+    cache = mp.prepare_gradient_cache(f, x, np.random.default_rng(0))
+    rng, rng0 = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(3):
+        got = mp.value_and_gradient(cache, f, x, rng)
+        _check_same(got, _fresh(f, (x, rng0), cache.spec.float_args))
+    assert cache._replay.replays == 0

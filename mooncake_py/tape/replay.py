@@ -21,8 +21,9 @@ plain recording, with a one-time warning.
 A function is recorded every call, never replayed, when its recording contains anything the
 plan does not represent: writes (``x[i] = v``, ``+=`` on arrays, ``out=``), ``like=``
 constructors, functions implemented as compositions of other ops, multi-output ops, rules
-registered by the user, complex values, values of another transformation (nesting), or a write
-into one of its constant arguments. Debug mode always records. A guard whose value changes
+registered by the user, complex values, values of another transformation (nesting), a write
+into one of its constant arguments, or a constant argument that is not a plain value (number,
+string, NumPy array or scalar): a random generator or a callable may carry state. Debug mode always records. A guard whose value changes
 with the inputs (``mp.stop_gradient(x)`` used as a constant) makes every replay fail, so such
 a function soon falls back to recording.
 
@@ -61,6 +62,9 @@ _BINARY = {np.add: (operator.add, fastpath._pb_add), np.subtract: (operator.sub,
            np.multiply: (operator.mul, fastpath._pb_mul),
            np.true_divide: (operator.truediv, fastpath._pb_div)}
 _SEQ = (list, tuple)
+# Constant arguments a plan may compare by value; any other object (a random generator, a
+# callable, a namespace) may change behind the comparison, so such calls are not planned.
+_VALUE_TYPES = (np.ndarray, np.generic, int, float, complex, str, bytes)
 
 
 class _Unsupported(Exception):
@@ -479,6 +483,8 @@ def _make_plan(tape, tr, y, args, nums, before):
     if leaves is None or len(consts) != len(before) or \
             not all(_same(a, b) for a, b in zip(consts, before)):
         return None  # f wrote into a constant argument: a replay would not
+    if not all(isinstance(c, _VALUE_TYPES) or c is None for c in consts):
+        return None  # an object argument (a random generator, a callable) may carry state
     inputs = [e._node for e in tr.entry]
     if inputs != list(range(len(inputs))):
         return None
