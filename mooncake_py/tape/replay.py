@@ -488,6 +488,12 @@ def _make_plan(tape, tr, y, args, nums, before):
     inputs = [e._node for e in tr.entry]
     if inputs != list(range(len(inputs))):
         return None
+    # every other node must be made by a step of the plan (a safety net: a node recorded by a
+    # path the plan does not see would be missing from the replay)
+    made = [st[6] if st[0] == _OP else st[2] for st in tape.plan_steps
+            if st[0] not in (_GUARD, _OBSERVE)]
+    if made != list(range(len(inputs), len(tape._parents))):
+        return None
     plan = Plan(tape, inputs, y._node, before)
     plan.finish = tr.structure
     return plan
