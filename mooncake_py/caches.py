@@ -114,18 +114,28 @@ class GradientCache:
     Pickles like the other caches (when ``f`` does): the gradient function is rebuilt on
     loading, not stored."""
 
-    def __init__(self, f, args, replay=True):
+    def __init__(self, f, args, replay=True, compile=False):
         self.spec = CacheSpec("gradient", f, args)
         self._vg = value_and_grad(f, argnums=self.spec.float_args)
-        self._replay = Replayer() if replay else None
+        self._compile = compile
+        self._replay = _replayer(compile) if replay else None
 
     def __getstate__(self):
-        return {"spec": self.spec, "replay": self._replay is not None}
+        return {"spec": self.spec, "replay": self._replay is not None,
+                "compile": self._compile}
 
     def __setstate__(self, state):
         self.spec = state["spec"]
         self._vg = value_and_grad(self.spec.f, argnums=self.spec.float_args)
-        self._replay = Replayer() if state.get("replay", True) else None
+        self._compile = state.get("compile", False)
+        self._replay = _replayer(self._compile) if state.get("replay", True) else None
+
+
+def _replayer(compile):
+    if compile:
+        from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
+        return CompilingReplayer()
+    return Replayer()
 
 
 class PullbackCache:
@@ -139,7 +149,7 @@ class PullbackCache:
 
 
 def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
-                           replay: bool = True) -> GradientCache:
+                           replay: bool = True, compile: bool = False) -> GradientCache:
     """Prepare to compute ``f``'s value and gradient at arguments shaped like ``args``.
 
     With ``replay=True`` (the default) the first call records ``f`` and later calls re-run
@@ -149,6 +159,11 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
     mooncake_py/tape/replay.py for what is replayed and what a replayed function may not do:
     depend on globals, random numbers or side effects). ``replay=False`` records every call.
 
+    ``compile=True`` (experimental) runs a plan made only of float64 scalar steps (``x[i]``,
+    ``+ - * /``, unary functions such as ``np.sin``, comparisons branched on) in one numba
+    kernel, compiled once and cached on disk (mooncake_py/tape/compiled.py); other plans
+    replay in Python as usual.
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> f = lambda x, w: np.sum(np.tanh(x * w))
@@ -157,7 +172,7 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
         >>> gx
         array([2., 2., 2.])
     """
-    return GradientCache(f, args, replay)
+    return GradientCache(f, args, replay, compile)
 
 
 def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
