@@ -168,3 +168,23 @@ def test_disk_cache_serves_a_second_process_and_survives_damage(tmp_path):
     assert third["same"] and third["runs"] == 1
     assert (tmp_path / src[0]).read_text() == compiled.kernel_source()
     assert _child(tmp_path)["misses"] == 0  # the rebuilt entry serves the next process
+
+
+def test_several_arguments_pytrees_negative_indices_and_constant_arguments():
+    def f(p, n):
+        s = p["b"][-1] * 2
+        for i in range(n):
+            s = s + p["w"][i] * p["b"][i % 2] - 3 / p["w"][-1 - i]
+        return s
+    p = {"w": np.array([0.5, 1.5, -2.0]), "b": np.array([3.0, -4.0]), "m": np.ones((2, 2))}
+    c = mp.prepare_gradient_cache(f, p, 2, compile=True)
+    for q, n in [(p, 2), (p, 2), ({k: 2 * v for k, v in p.items()}, 2), (p, 3), (p, 3)]:
+        y, (g, gn) = mp.value_and_gradient(c, f, q, n)
+        assert gn is None
+        want_y, want_g = mp.value_and_grad(lambda q: f(q, n))(q)
+        np.testing.assert_allclose(y, want_y, rtol=1e-14)
+        for k in p:
+            assert g[k].shape == p[k].shape
+            np.testing.assert_allclose(g[k], want_g[k], rtol=1e-14, atol=1e-300)
+    # two calls at n=2 then one more (compiled), a changed n records, then compiled again
+    assert type(c._replay.plan) is compiled.CompiledPlan and c._replay.plan.runs == 1

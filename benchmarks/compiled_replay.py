@@ -1,0 +1,103 @@
+"""Compiled replay against Python replay, plain recording and the NumPy primal.
+
+``python -m benchmarks.compiled_replay [--quick]`` prints, for the scalar-loop rows of the suite
+(``_sum_1000``, ``_sum_sin_1000``, ``large_single_block``), the time of one call of: the primal
+``f`` on NumPy values; ``mp.value_and_grad(f)`` (unprepared: records every call);
+``mp.value_and_gradient`` with a cache prepared with ``replay=True`` (Python replay) and with
+``compile=True`` (the numba kernel of mooncake_py/tape/compiled.py). The four are timed back to
+back, round after round, and each figure is the minimum over rounds (so machine noise hits all
+four alike). Then the per-case cost of encoding a plan for the kernel, and the kernel's load time
+in fresh processes: cold (empty cache directory: numba compiles) and warm (loaded from disk).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from time import perf_counter
+
+import numpy as np
+
+import mooncake_py as mp
+from mooncake_py.tape import compiled
+from mooncake_py.tape.replay import _split_leaves
+
+from .suite import CASES
+from .timing import format_time
+
+NAMES = ("_sum_1000", "_sum_sin_1000", "large_single_block")
+
+
+def _per_call(fn, number):
+    t0 = perf_counter()
+    for _ in range(number):
+        fn()
+    return (perf_counter() - t0) / number
+
+
+def time_case(name, rounds):
+    """Minimum seconds per call of each variant, and the plan-encoding time (see above)."""
+    case = CASES[name]
+    f = lambda x: case.fn(np, x)  # noqa: E731
+    x = case.make_inputs(np.random.default_rng(0))[0]
+    vg = mp.value_and_grad(f)
+    rc = mp.prepare_gradient_cache(f, x)
+    cc = mp.prepare_gradient_cache(f, x, compile=True)
+    for c in (rc, cc):
+        mp.value_and_gradient(c, f, x)
+        mp.value_and_gradient(c, f, x)
+    assert type(cc._replay.plan) is compiled.CompiledPlan
+    variants = {"primal": lambda: f(x), "unprepared": lambda: vg(x),
+                "replay": lambda: mp.value_and_gradient(rc, f, x),
+                "compiled": lambda: mp.value_and_gradient(cc, f, x)}
+    numbers = {k: max(1, int(2e-3 / max(_per_call(v, 1), 1e-7))) for k, v in variants.items()}
+    best = {k: float("inf") for k in variants}
+    for _ in range(rounds):
+        for k, v in variants.items():
+            best[k] = min(best[k], _per_call(v, numbers[k]))
+    plan = cc._replay.plan.plan
+    leaves = _split_leaves((x,), (0,))[0]
+    t0 = perf_counter()
+    compiled.compile_plan(plan, leaves)
+    best["encode"] = perf_counter() - t0
+    best["steps"] = len(plan.steps)
+    return best
+
+
+_CHILD = ("import json, time; t = time.perf_counter(); from mooncake_py.tape import compiled; "
+          "compiled.kernel(); print(json.dumps(time.perf_counter() - t))")
+
+
+def kernel_load_times():
+    """(cold, warm) seconds for the kernel's first request in a fresh process (numba import
+    included), with an empty cache directory and then with the one the first run filled."""
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, MOONCAKE_PY_CACHE_DIR=d)
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                               text=True, check=True)
+            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return tuple(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    a = p.parse_args(argv)
+    rounds = 3 if a.quick else 30
+    cols = ("primal", "unprepared", "replay", "compiled")
+    print(f"{'case':<20} {'steps':>6} " + " ".join(f"{c:>11}" for c in cols) +
+          f" {'replay/comp':>11} {'encode':>9}")
+    for name in NAMES:
+        b = time_case(name, rounds)
+        print(f"{name:<20} {b['steps']:>6} " + " ".join(f"{format_time(b[c]):>11}" for c in cols)
+              + f" {b['replay'] / b['compiled']:>10.0f}× {format_time(b['encode']):>9}")
+    cold, warm = kernel_load_times()
+    print(f"kernel load in a fresh process (numba import included): cold {format_time(cold)}, "
+          f"warm {format_time(warm)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
