@@ -254,13 +254,11 @@ def _ok():
 
 @pytest.mark.parametrize("f", [
     lambda z: np.sum(np.real(np.maximum(z, 0.5))),
-    lambda z: np.linalg.norm(z),
-    lambda z: np.real(np.sum(np.linalg.cholesky(np.outer(z, np.conj(z)) + 3 * np.eye(3)))),
     lambda z: np.real(np.max(z)),
     lambda z: np.sum(np.real(np.gradient(z))),
     lambda z: np.sum(np.real(np.nan_to_num(z))),
     lambda z: np.real(np.sum(np.cov(np.stack([z, z * z])))),
-], ids=["maximum", "norm", "cholesky", "max", "gradient", "nan_to_num", "cov"])
+], ids=["maximum", "max", "gradient", "nan_to_num", "cov"])
 def test_functions_without_complex_rules_raise_a_named_error(f):
     z = c(3)
     for run in (lambda: mp.grad(f)(z), lambda: mp.jvp(f, (z,), (z,))):
@@ -381,11 +379,11 @@ def test_complex_buffer_made_from_real_values_is_checked_too():
     def f(x):
         b = np.zeros(2, dtype=complex, like=x)
         b[0], b[1] = x[0], x[1]
-        return np.linalg.norm(b)
+        return np.real(np.max(b))
     x = np.array([1.0, 2.0])
-    with pytest.raises(mp.MissingRuleError, match="norm"):
+    with pytest.raises(mp.MissingRuleError, match="max"):
         mp.grad(f)(x)
-    with pytest.raises(mp.MissingRuleError, match="norm"):
+    with pytest.raises(mp.MissingRuleError, match="max"):
         mp.jvp(f, (x,), (x,))
     g = lambda x: np.sum(np.abs(np.fft.fft(np.zeros(2, dtype=complex, like=x) + x)) ** 2)  # noqa
     np.testing.assert_allclose(mp.grad(g)(x), 4 * x)

@@ -76,6 +76,25 @@ def _sym(x):
     return (x + _mT(x)) / 2
 
 
+def _cplx(x):
+    return getattr(getattr(x, "dtype", None), "kind", None) == "c"
+
+
+def _mH(x):
+    """The conjugate transpose (complex matrices; C is R², see docs/complex.md)."""
+    return np.conjugate(_mT(x))
+
+
+def _herm(x):
+    return (x + _mH(x)) / 2
+
+
+def _adjoints(x):
+    """(transpose, symmetric part) for ``x``'s dtype: the Hermitian pair for complex values,
+    where the real rules' transposes become conjugate transposes. One dtype test per call."""
+    return (_mH, _herm) if _cplx(x) else (_mT, _sym)
+
+
 def _tan(tangents, i):
     """The tangent of positional argument ``i`` (None also when it was not passed)."""
     return tangents[i] if i < len(tangents) else None
@@ -667,16 +686,19 @@ def _cholesky_upper(a):
 @rrule(np.linalg.cholesky)
 def _cholesky(a, upper=False):
     y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
-    L = _mT(y) if upper else y
+    # complex (Hermitian A = L Lᴴ, real diagonal of L): every ᵀ below becomes ᴴ
+    tr, sym = _adjoints(y)
+    trans = 2 if tr is _mH else 1
+    L = tr(y) if upper else y
 
     def pullback(g):
         # A = L Lᵀ: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with halved diagonal.
-        gL = _mT(g) if upper else g
-        p = np.matmul(_mT(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
+        gL = tr(g) if upper else g
+        p = np.matmul(tr(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
         # L comes from a successful factorisation: it is finite, no need to scan it again
-        s = solve_triangular(L, p, trans=1, lower=True, check_finite=False)
-        s = _mT(solve_triangular(L, _mT(s), trans=1, lower=True, check_finite=False))
-        return (_sym(s),)
+        s = solve_triangular(L, p, trans=trans, lower=True, check_finite=False)
+        s = tr(solve_triangular(L, tr(s), trans=trans, lower=True, check_finite=False))
+        return (sym(s),)
     return y, pullback
 
 
@@ -684,12 +706,14 @@ def _cholesky(a, upper=False):
 def _cholesky_f(primals, tangents, **kw):
     def go(a, upper=False):
         y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
-        L = _mT(y) if upper else y
-        # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ).
+        tr, sym = _adjoints(y)
+        L = tr(y) if upper else y
+        # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ); complex:
+        # ᵀ → ᴴ, and Φ's halved diagonal of the Hermitian L⁻¹ Ȧ L⁻ᴴ is real, as L's is.
         solve_l = (lambda r: solve_triangular(L, r, lower=True, check_finite=False))
-        z = _lane_solve(solve_l, _mT(_lane_solve(solve_l, _sym(tangents[0]))))
+        z = _lane_solve(solve_l, tr(_lane_solve(solve_l, sym(tangents[0]))))
         dL = np.matmul(L, z * _phi_mask(shape_of(L)[-1], _dtype(z), z))
-        return y, _mT(dL) if upper else dL
+        return y, tr(dL) if upper else dL
     return go(*primals, **kw)
 
 
@@ -701,12 +725,15 @@ def _eigh_cotangent(w, v, gw, gv):
     eigenvalues alone (the tape passes V̄ = 0) and functions invariant under rotations within
     an eigenspace keep finite, correct gradients; other functions get meaningless values there.
     """
+    # Complex (Hermitian A = V Λ Vᴴ): ᵀ → ᴴ; F is real, so F∘ is its own adjoint, and its zero
+    # diagonal drops the phase (gauge) part of V̄, which a gauge-invariant function leaves 0.
+    tr, sym = _adjoints(v)
     inner = np.expand_dims(gw, -2) * v
     if gv is not None:
         d = np.expand_dims(w, -2) - np.expand_dims(w, -1)
         f = (d != 0) / (d + (d == 0))  # 1/d, and 0 on the diagonal and equal pairs
-        inner = inner + np.matmul(v, f * np.matmul(_mT(v), gv))
-    return _sym(np.matmul(inner, _mT(v)))
+        inner = inner + np.matmul(v, f * np.matmul(tr(v), gv))
+    return sym(np.matmul(inner, tr(v)))
 
 
 def _eigh_tangents(w, v, da, vectors):
@@ -717,8 +744,11 @@ def _eigh_tangents(w, v, da, vectors):
     exact, but second order does not: an HVP of ``Σ g(λ)`` there lacks the g''(λ)·(Vᵀ Ȧ V)_ij
     terms within the eigenspace (its limit is not visible to this rule).
     """
-    m = np.matmul(_mT(v), np.matmul(_sym(da), v))
+    tr, sym = _adjoints(v)
+    m = np.matmul(tr(v), np.matmul(sym(da), v))
     dw = np.einsum("...ii->...i", m)
+    if tr is _mH:  # Vᴴ Ȧ V is Hermitian: the eigenvalues move along its real diagonal
+        dw = np.real(dw)
     if not vectors:
         return dw
     d = np.expand_dims(w, -2) - np.expand_dims(w, -1)
@@ -778,7 +808,13 @@ def _sla(a=None, b=None, name=None):
     return _scipy_linalg[0]
 
 
-_TRANS = {0: 0, 1: 1, 2: 1, "N": 0, "T": 1, "C": 1, "n": 0, "t": 1, "c": 1}
+_TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2, "n": 0, "t": 1, "c": 2}
+
+
+def _trans(trans, a):
+    """0 (T), 1 (Tᵀ) or 2 (Tᴴ: only for complex ``a``; for real ``a`` it is Tᵀ)."""
+    t = _TRANS[trans]
+    return 1 if t == 2 and not _cplx(a) else t
 
 
 def _triangle(a, lower, unit_diagonal):
@@ -819,25 +855,40 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     a = np.asarray(a)
     t = _triangle(a, lower, unit_diagonal)
     vec = np.ndim(b) == 1
-    return _uncols(np.linalg.solve(_mT(t) if _TRANS[trans] else t, _cols(b, vec)), vec)
+    op = (t, _mT, _mH)[_trans(trans, a)]
+    return _uncols(np.linalg.solve(op if op is t else op(t), _cols(b, vec)), vec)
 
 
 @rrule(solve_triangular, needs=True)
 def _solve_triangular(needs, a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
                       check_finite=True):
-    t = _TRANS[trans]
+    t = _trans(trans, a)
     x = solve_triangular(a, b, trans=t, lower=lower, unit_diagonal=unit_diagonal,
                          check_finite=check_finite)
+    cplx = _cplx(a) or _cplx(x)
+    opts = dict(lower=lower, unit_diagonal=unit_diagonal)
 
     def a_cotangent(bbar, xm):
         # x = op(T)⁻¹ b: T̄ = -b̄ xᵀ (or -x b̄ᵀ for op = transpose), on the triangle read.
-        outer = np.matmul(xm, _mT(bbar)) if t else np.matmul(bbar, _mT(xm))
+        # Complex (b̄ = op(T)⁻ᴴ x̄): op = T: -b̄ xᴴ; Tᵀ: -conj(x) b̄ᵀ; Tᴴ: -x b̄ᴴ.
+        if not cplx:
+            outer = np.matmul(xm, _mT(bbar)) if t else np.matmul(bbar, _mT(xm))
+        else:
+            outer = (np.matmul(bbar, _mH(xm)) if t == 0 else
+                     np.conjugate(np.matmul(xm, _mH(bbar))) if t == 1 else
+                     np.matmul(xm, _mH(bbar)))
         return -outer * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(outer),
-                                       outer)
+                                      outer)
 
-    def pullback(g):
-        solve_t = (lambda gm: solve_triangular(a, gm, trans=1 - t, lower=lower,
-                                               unit_diagonal=unit_diagonal))
+    def solve_t(gm):
+        # b̄ = op(T)⁻ᴴ ḡ (op(T)⁻ᵀ ḡ when real): Tᴴ for T, T for Tᴴ, conj(T)⁻¹ for Tᵀ.
+        if not cplx:
+            return solve_triangular(a, gm, trans=1 - t, **opts)
+        if t == 1:
+            return np.conjugate(solve_triangular(a, np.conjugate(gm), trans=0, **opts))
+        return solve_triangular(a, gm, trans=2 - t, **opts)
+
+    def pullback(g):  # (the tape takes the real part for a real T or b: rules/complex.py)
         return _pad(needs, *_solve_pullback(needs, g, a, b, x, solve_t, a_cotangent))
     return x, pullback
 
@@ -847,14 +898,14 @@ def _solve_triangular_f(primals, tangents, **kw):
     da, db = _tan(tangents, 0), _tan(tangents, 1)
 
     def go(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
-        t = _TRANS[trans]
+        t = _trans(trans, a)
         opts = dict(trans=t, lower=lower, unit_diagonal=unit_diagonal, check_finite=check_finite)
         x = solve_triangular(a, b, **opts)
 
-        def dax(xm, nd):  # only the triangle read moves
+        def dax(xm, nd):  # only the triangle read moves; ẋ = -op(T)⁻¹ op(Ṫ) x
             dt = align(da * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(da),
                                            da), nd)
-            return np.matmul(_mT(dt) if t else dt, xm)
+            return np.matmul((None, _mT, _mH)[t](dt) if t else dt, xm)
         return x, _solve_tangent(lambda r: solve_triangular(a, r, **opts), b, x, db,
                                  None if da is None else dax, len(shape_of(b)) == 1)
     return go(*primals, **kw)
@@ -881,8 +932,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, lower = c_and_lower
     if am.is_device(c) or am.is_device(b):  # cupyx.scipy.linalg has no cho_solve
         st = _sla(c, b, "mp.linalg.cho_solve").solve_triangular
-        y = st(c, b, trans=0 if lower else 1, lower=lower, check_finite=check_finite)
-        return st(c, y, trans=1 if lower else 0, lower=lower, check_finite=check_finite)
+        h = 2 if _cplx(c) else 1  # A = C Cᴴ for complex C
+        y = st(c, b, trans=0 if lower else h, lower=lower, check_finite=check_finite)
+        return st(c, y, trans=h if lower else 0, lower=lower, check_finite=check_finite)
     sla = _sla()
     if sla is not None:
         with small_blas(c, b, lib="scipy"):
@@ -890,21 +942,23 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
                                  check_finite=check_finite)
     c = np.asarray(c)
     t = _triangle(c, lower, False)
+    tr = _adjoints(c)[0]
     vec = np.ndim(b) == 1
-    y = np.linalg.solve(t if lower else _mT(t), _cols(b, vec))
-    return _uncols(np.linalg.solve(_mT(t) if lower else t, y), vec)
+    y = np.linalg.solve(t if lower else tr(t), _cols(b, vec))
+    return _uncols(np.linalg.solve(tr(t) if lower else t, y), vec)
 
 
 @rrule(cho_solve, needs=True)
 def _cho_solve(needs, c_and_lower, b, overwrite_b=False, check_finite=True):
     c, lower = c_and_lower
     x = cho_solve((c, lower), b, check_finite=check_finite)
+    tr = _mH if _cplx(x) else _mT  # complex: A = L Lᴴ, Ā = -b̄ xᴴ, ᵀ → ᴴ
 
     def a_cotangent(bbar, xm):
         # A = L Lᵀ with Ā = -b̄ xᵀ: L̄ = (Ā + Āᵀ) L; for A = Uᵀ U: Ū = U (Ā + Āᵀ). Only the
         # triangle of c that cho_solve reads is the factor: mask c, and the cotangent, to it.
-        s = np.matmul(bbar, _mT(xm))
-        s = s + _mT(s)
+        s = np.matmul(bbar, tr(xm))
+        s = s + tr(s)
         mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(s), s)
         ct = -np.matmul(s, c * mask) if lower else -np.matmul(c * mask, s)
         return ct * mask
@@ -926,14 +980,16 @@ def _cho_solve_f(primals, tangents, **kw):
         x = cho_solve((c, lower), b, check_finite=check_finite)
 
         def dax(xm, nd):
-            # Ȧx for A = C Cᵀ (lower) or Cᵀ C (upper), C and Ċ masked to the triangle read.
+            # Ȧx for A = C Cᵀ (lower) or Cᵀ C (upper), C and Ċ masked to the triangle read
+            # (complex: ᵀ → ᴴ).
+            tr = _adjoints(c)[0]
             mask = _triangle_mask(shape_of(c)[-1], lower, False, _dtype(dc), dc)
             cm, dcm = c * mask, align(dc * mask, nd)
             if lower:
-                return (np.matmul(dcm, np.matmul(_mT(cm), xm))
-                        + np.matmul(cm, np.matmul(_mT(dcm), xm)))
-            return (np.matmul(_mT(dcm), np.matmul(cm, xm))
-                    + np.matmul(_mT(cm), np.matmul(dcm, xm)))
+                return (np.matmul(dcm, np.matmul(tr(cm), xm))
+                        + np.matmul(cm, np.matmul(tr(dcm), xm)))
+            return (np.matmul(tr(dcm), np.matmul(cm, xm))
+                    + np.matmul(tr(cm), np.matmul(dcm, xm)))
         return x, _solve_tangent(lambda r: cho_solve((c, lower), r, check_finite=check_finite),
                                  b, x, db, None if dc is None else dax, len(shape_of(b)) == 1)
     return go(*primals, **kw)
@@ -1137,3 +1193,12 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
     keep = s > tol * np.max(s, axis=-1, keepdims=True)      # plain: comparisons carry no tangent
     s_inv = np.where(keep, 1 / np.where(keep, s, 1), 0)
     return np.matmul(_mT(vh) * np.expand_dims(s_inv, -2), _mT(u))
+
+
+# cholesky, eigh, eigvalsh and the triangular solves conjugate where the inner product
+# Re Σ conj(a)·b asks (Hermitian A = L Lᴴ = V Λ Vᴴ), so they handle complex values themselves.
+from .complex import declare_complex  # noqa: E402
+
+for _fn in (np.linalg.cholesky, np.linalg.eigh, np.linalg.eigvalsh, solve_triangular, cho_solve,
+            np.linalg.norm):
+    declare_complex(_fn, holomorphic=False)

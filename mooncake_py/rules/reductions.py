@@ -716,6 +716,7 @@ def _matrix_norm(x, ord, axes, keepdims):
         y = np.reshape(np.sum(s, axis=-1) if k is None else s[..., k], out_shape)
 
         def partials():
+            # (complex: vt is Vᴴ, and ∂σ = u vᴴ for the inner product Re Σ conj(a)·b)
             if k is None:  # d Σσ = U Vᵀ (a subgradient when rank-deficient)
                 d = np.matmul(u, vt)
             else:          # d σ_k = u_k v_kᵀ
@@ -778,6 +779,9 @@ def _norm_frule(x, dx, ord=None, axis=None, keepdims=False):
         d = _vector_norm_partials(x, expand_reduced(y, shape, axes, keepdims), ord, axes)
         if d is None:  # ord=0 counts nonzeros: locally constant
             return y, None
+    if d.dtype.kind == "c":  # ẏ = ⟨∂y, ẋ⟩ = Re Σ conj(∂y)·ẋ: C as R²
+        return y, np.sum(np.real(np.conjugate(d) * dx), axis=lane_axes(axis, nd),
+                         keepdims=keepdims)
     return y, np.sum(dx * d, axis=lane_axes(axis, nd), keepdims=keepdims)
 
 

