@@ -116,3 +116,55 @@ def test_cho_solve_matches_solve():
     b = c(3)
     x = mp.linalg.cho_solve((np.linalg.cholesky(a), True), b)
     np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10)
+
+
+# --- composites and elementwise -------------------------------------------------------------
+def test_arccosh():
+    z = np.array([0.3 + 0.5j, -2 - 1j, 1.5 + 0.2j, -0.5 - 2j, 2 - 0.1j])
+    test_rule(np.arccosh, z)
+    g = mp.grad(lambda z: np.real(np.sum(np.arccosh(z))))(z)
+    np.testing.assert_allclose(g, np.conj(1 / (np.sqrt(z - 1) * np.sqrt(z + 1))), rtol=1e-12)
+
+
+def test_cov():
+    test_rule(np.cov, c(3, 5))
+    test_rule(lambda x, y: np.cov(x, y, bias=True, aweights=np.arange(1.0, 6)), c(2, 5), c(5))
+    z = c(2, 6)
+    np.testing.assert_allclose(mp.jvp(np.cov, (z,), (z,))[1], 2 * np.cov(z))
+
+
+def test_gradient():
+    z = c(3, 5)
+    test_rule(np.gradient, z[0])
+    test_rule(lambda z: np.gradient(z, axis=1, edge_order=2), z)
+    test_rule(lambda z: np.gradient(z, np.array([0, 1, 3, 4, 7.0]), axis=-1), z)
+
+
+def test_nan_to_num():
+    z = c(3, 4)
+    z[0, 0], z[1, 1], z[2, 2] = np.nan, complex(np.inf, 1), complex(1, -np.inf)
+    test_rule(lambda z: np.nan_to_num(z, nan=2.0, posinf=3.0, neginf=-4.0), z)
+    g = mp.grad(lambda z: np.real(np.sum(np.nan_to_num(z))))(z)
+    np.testing.assert_array_equal(g[[0, 1, 2], [0, 1, 2]], [0, 0, 1])  # real parts replaced
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+def test_correlate_and_convolve(mode):
+    from mooncake_py.scipy import signal
+    for a, v in ((c(5), c(3)), (c(3), c(5)), (c(5).real, c(3)), (c(5), c(3).real)):
+        test_rule(lambda a, v: np.correlate(a, v, mode), a, v)
+        test_rule(lambda a, v: np.convolve(a, v, mode), a, v)
+    test_rule(lambda a, v: signal.correlate(a, v, mode), c(4, 3), c(2, 2))
+    # np.correlate conjugates its second argument: Σ a[n+k]·conj(v[k])
+    a, v = c(4), c(4)
+    g = mp.grad(lambda v: np.real(np.correlate(a, v)[0]))(v)
+    np.testing.assert_allclose(g, a, rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [np.var, np.std])
+def test_var_std(fn):
+    z = c(3, 4)
+    test_rule(fn, z)
+    test_rule(lambda z: fn(z, axis=0, ddof=1), z)
+    g = mp.grad(lambda z: np.var(z))(z)  # var = mean |z − m|²: gradient 2(z − m)/N
+    np.testing.assert_allclose(g, 2 * (z - z.mean()) / z.size, rtol=1e-12)

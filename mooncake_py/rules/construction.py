@@ -180,6 +180,9 @@ def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """Non-finite entries replaced by constants (derivative 0 there), the rest passed through.
     The result is always a new array, also for ``copy=False``."""
     x = as_array(x)
+    if x.dtype.kind == "c":  # NumPy replaces in the real and imaginary parts separately
+        parts = [_nan_to_num(p, copy, nan, posinf, neginf) for p in (np.real(x), np.imag(x))]
+        return parts[0] + 1j * parts[1]
     if x.dtype.kind != "f":
         return x
     info = np.finfo(x.dtype)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .broadcasting import shape_of
 from .registry import rrule, frule
+from .complex import declare_complex, is_complex
 
 
 def _window_start(fn, n, m, mode):
@@ -46,13 +47,24 @@ def _bilinear_rule(fn):
         start = _window_start(fn, n, m, mode)
         extra = (None,) * len(rest)
 
+        # Complex (Re Σ conj·, docs/complex.md): np.correlate conjugates its second argument,
+        # which is just what convolve's adjoints need; correlate(a, v) = convolve(a, conj(v)
+        # reversed) is antilinear in v: ā = convolve(ȳ, v), v̄ = conj(correlate(ȳ, a)) reversed.
+        conj_v = fn is np.correlate and (is_complex(a) or is_complex(v))
+
         def pullback(g):
             full = np.pad(g, (start, n + m - 1 - start - shape_of(g)[0]))
-            kernel = v if fn is np.convolve else v[::-1]  # fn(a, v) = convolve(a, kernel)
-            ga = np.reshape(np.correlate(full, kernel, "valid"), sa) if needs[0] else None
-            gv = None
+            ga = gv = None
+            if needs[0]:
+                if conj_v:
+                    ga = np.convolve(full, v, "valid")
+                else:
+                    kernel = v if fn is np.convolve else v[::-1]  # fn(a, v) = convolve(a, kernel)
+                    ga = np.correlate(full, kernel, "valid")
+                ga = np.reshape(ga, sa)
             if needs[1]:
                 gk = np.correlate(full, a, "valid")
+                gk = np.conjugate(gk) if conj_v else gk
                 gv = np.reshape(gk if fn is np.convolve else gk[::-1], sv)
             return (ga, gv) + extra
         return y, pullback
@@ -72,3 +84,6 @@ def _bilinear_rule(fn):
 
 _bilinear_rule(np.convolve)
 _bilinear_rule(np.correlate)
+# Both rules conjugate where the inner product asks (above); their frules are bilinear as written.
+for _fn in (np.convolve, np.correlate):
+    declare_complex(_fn, holomorphic=False)

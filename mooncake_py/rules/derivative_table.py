@@ -150,7 +150,10 @@ _entry(np.sinh, "sinh(a)", ["cosh(a)"], ["y"])
 _entry(np.cosh, "cosh(a)", ["sinh(a)"], ["y"])
 _entry(np.tanh, "tanh(a)", ["1-y*y"], ["-2*y*(1-y*y)"])
 _entry(np.arcsinh, "asinh(a)", ["1/sqrt(a*a+1)"], ["-a/((a*a+1)*sqrt(a*a+1))"])
-_entry(np.arccosh, "acosh(a)", ["1/sqrt(a*a-1)"], ["-a/((a*a-1)*sqrt(a*a-1))"])
+# √(z−1)·√(z+1), not √(z²−1): the latter is arccosh's derivative negated on half of the
+# complex plane; on the reals (a ≥ 1) both are the same number.
+_entry(np.arccosh, "acosh(a)", ["1/(sqrt(a-1)*sqrt(a+1))"],
+       ["-a/((a*a-1)*(sqrt(a-1)*sqrt(a+1)))"])
 _entry(np.arctanh, "atanh(a)", ["1/(1-a*a)"], ["2*a/((1-a*a)*(1-a*a))"])
 _entry(np.deg2rad, "a*DEG2RAD", ["DEG2RAD"], ["0"])
 _entry(np.rad2deg, "a*RAD2DEG", ["RAD2DEG"], ["0"])

@@ -199,7 +199,7 @@ def _gradient_axis(f, axis, h, edge_order):
             c = (2. * dx2 + dx1) / (dx2 * (dx1 + dx2))
         last = a * at(slice(-3, -2)) + b * at(slice(-2, -1)) + c * at(slice(-1, None))
     # NumPy writes every part into one array of f's float type, whatever the spacings' type
-    dt = f.dtype if f.dtype.kind == "f" else np.dtype(np.float64)
+    dt = f.dtype if f.dtype.kind in "fc" else np.dtype(np.float64)
     parts = [p if p.dtype == dt else astype(p, dt) for p in (first, inner, last)]
     return np.concatenate(parts, axis=axis)
 

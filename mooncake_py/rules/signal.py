@@ -18,7 +18,6 @@ The pullbacks call these primitives again, whose frules exist, so second order w
 import numpy as np
 
 from .. import array_module as am
-from ..errors import MissingRuleError
 from .registry import rrule, frule, primitive, _has_wrapper
 from .broadcasting import shape_of
 from .lanes import align
@@ -37,11 +36,8 @@ def _sig():
     return _signal[0]
 
 
-def _check_real(fn, *xs):
-    for x in xs:
-        if np.dtype(_dtype(x)).kind == "c":
-            raise MissingRuleError(f"scipy.signal.{fn}: complex inputs are not differentiated "
-                                   "by mooncake_py yet; pass real arrays.")
+def _cplx(*xs):
+    return any(np.dtype(_dtype(x)).kind == "c" for x in xs)
 
 
 @primitive
@@ -91,8 +87,6 @@ def _check_mode(fn, in1, in2, mode):
                          "'full'.")
     if len(shape_of(in1)) != len(shape_of(in2)):
         raise ValueError(f"scipy.signal.{fn}: in1 and in2 should have the same dimensionality")
-    if fn == "correlate":  # it conjugates in2: not complex-differentiable in it
-        _check_real(fn, in1, in2)
 
 
 def _full_pad(g, win):
@@ -136,9 +130,16 @@ def _register(fn, name, flipped):
         y = fn(in1, in2, mode, method)
         win = _window(shape_of(in1), shape_of(in2), mode)
 
+        # Complex correlate = convolve(in1, w), w = flip(conj(in2)), antilinear in in2: the
+        # adjoints of convolve for Re Σ conj· conjugate the other factor (ā = T(ȳ, conj w)),
+        # and in2 takes conj(flip(w̄)). (complex convolve is wrapped by the tape: holomorphic)
+        conj = flipped and _cplx(in1, in2)
+        a1 = np.conjugate(in1) if conj else in1
+
         def pullback(g):
-            ga, gb = _conv_cotangents(needs, g, in1, kernel(in2), win)
-            return _pad(needs, ga, None if gb is None else kernel(gb))
+            ga, gb = _conv_cotangents(needs, g, a1, kernel(in2), win)
+            gb = None if gb is None else kernel(gb)
+            return _pad(needs, ga, np.conjugate(gb) if conj and gb is not None else gb)
         return y, pullback
 
     @frule(fn, lanes=True)
@@ -148,8 +149,9 @@ def _register(fn, name, flipped):
         def go(in1, in2, mode="full", method="auto"):
             _check_mode(name, in1, in2, mode)
             win = _window(shape_of(in1), shape_of(in2), mode)
-            t = _addt(None if d1 is None else _lane_conv_full(d1, kernel(in2), True),
-                      None if d2 is None else _lane_conv_full(kernel(d2, 1), in1, False))
+            conj = np.conjugate if flipped and _cplx(in1, in2) else (lambda v: v)
+            t = _addt(None if d1 is None else _lane_conv_full(d1, kernel(conj(in2)), True),
+                      None if d2 is None else _lane_conv_full(kernel(conj(d2), 1), in1, False))
             return fn(in1, in2, mode, method), _crop(t, win)
         return go(*primals, **kw)
 
@@ -339,4 +341,5 @@ def _lfilter_f(primals, tangents, **kw):
 from .complex import declare_complex  # noqa: E402
 
 declare_complex(convolve, holomorphic=True)
+declare_complex(correlate, holomorphic=False)  # conjugates in2: explicit rules above
 declare_complex(_iir, holomorphic=True)

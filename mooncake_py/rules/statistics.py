@@ -100,6 +100,8 @@ def _cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=
         fact = 0.0
     X = X - avg[:, None]
     X_T = np.transpose(X if w is None else X * w)
+    if dtype.kind == "c":  # NumPy's complex covariance: E[(x − μ)·conj(y − μ)]
+        X_T = np.conjugate(X_T)
     with np.errstate(divide="ignore"):
         scale = np.true_divide(1, fact)
     return np.squeeze(np.dot(X, X_T) * scale)
