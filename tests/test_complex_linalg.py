@@ -37,7 +37,7 @@ def test_vector_norm(ord):
     test_rule(lambda z: np.linalg.norm(z, ord, axis=-1), c(2, 4))
 
 
-@pytest.mark.parametrize("ord", ["fro", 1, -1, np.inf, -np.inf])
+@pytest.mark.parametrize("ord", ["fro", 1, -1, np.inf, -np.inf, "nuc", 2, -2])
 def test_matrix_norm(ord):
     test_rule(lambda z: np.linalg.norm(z, ord, axis=(-2, -1)), c(2, 3, 4))
 
@@ -168,3 +168,36 @@ def test_var_std(fn):
     test_rule(lambda z: fn(z, axis=0, ddof=1), z)
     g = mp.grad(lambda z: np.var(z))(z)  # var = mean |z − m|²: gradient 2(z − m)/N
     np.testing.assert_allclose(g, 2 * (z - z.mean()) / z.size, rtol=1e-12)
+
+
+# --- svd ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 3), (4, 3), (3, 4), (2, 4, 3)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd_gauge_invariant(shape, full):
+    def pairs(x):  # Σ_i w_i u_i v_iᴴ: each pair's common phase cancels
+        u, s, vh = np.linalg.svd(x, full_matrices=full)
+        k = s.shape[-1]
+        return np.matmul(u[..., :, :k] * np.arange(1.0, k + 1), vh[..., :k, :])
+    test_rule(lambda x: np.linalg.svd(x, full_matrices=full)[1], c(*shape))
+    test_rule(lambda x: np.linalg.svd(x, compute_uv=False), c(*shape))
+    test_rule(pairs, c(*shape))
+    test_rule(lambda x: np.abs(np.linalg.svd(x, full_matrices=full)[0][..., :, :2]) ** 2,
+              c(*shape))
+    test_rule(lambda x: np.abs(np.linalg.svd(x, full_matrices=full)[2][..., :2, :]) ** 2,
+              c(*shape))
+
+
+def test_svd_projector_on_the_complement():
+    def proj(x):  # U₂ U₂ᴴ of a full decomposition: a function of A
+        u = np.linalg.svd(x)[0][..., :, 2:]
+        return np.matmul(u, _mH(u))
+    test_rule(proj, c(4, 2))
+
+
+def test_svdvals_and_nuclear_norm_closed_form():
+    a = c(4, 3)
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    g = mp.grad(lambda a: np.sum(np.linalg.svdvals(a)))(a)
+    np.testing.assert_allclose(g, u @ vh, atol=1e-12)
+    g = mp.grad(lambda a: np.linalg.norm(a, "nuc"))(a)
+    np.testing.assert_allclose(g, u @ vh, atol=1e-12)

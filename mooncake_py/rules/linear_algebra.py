@@ -1006,7 +1006,11 @@ def _cho_solve_f(primals, tangents, **kw):
 # keeps F₊ finite at repeated singular values (see _svd_f_matrices). The reverse rule is its
 # adjoint: Ā = U (diag(s̄) + sym(F₋∘(X + Y)) + skew(F₊∘(X − Y))) Vᵀ + (I − UUᵀ) Ū S⁻¹ Vᵀ
 #                + U S⁻¹ V̄ᵀ (I − VVᵀ),   X = UᵀŪ, Y = VᵀV̄.
-# Conventions (real input, hermitian=False only):
+# Complex A = U S Vᴴ: every ᵀ becomes ᴴ and sym/skew the Hermitian/skew-Hermitian parts; ṡ is
+# Re diag(dP). The imaginary diagonal of dP (the relative phase of u_i and v_i, a gauge freedom
+# of each pair) is split evenly by F₊'s diagonal 1/(2sᵢ), between U and V, so functions of the
+# pairs u_i v_iᴴ, invariant under the gauge, get exact derivatives.
+# Conventions (hermitian=False only):
 # - exactly repeated singular values: F₋ = 0 there (as eigh's F); U, V are not differentiable
 #   there, but functions of s and of the polar factor U Vᵀ keep exact derivatives. Nearly (not
 #   exactly) repeated values make U̇, V̇ ill-conditioned, as they are mathematically.
@@ -1051,9 +1055,10 @@ def _svd_thin_parts(u, vh, k):
     """(U₁, U₂, V₁, V₂, tall, wide): the thin factors (m×k, n×k), the extra columns of a full
     decomposition (None where there are none), and whether m > k, n > k."""
     m, n = shape_of(u)[-2], shape_of(vh)[-1]
+    tr = _adjoints(u)[0]  # complex: V = Vhᴴ
     full_u, full_v = shape_of(u)[-1] > k, shape_of(vh)[-2] > k
     u1, u2 = (u[..., :k], u[..., k:]) if full_u else (u, None)
-    v1, v2 = (_mT(vh[..., :k, :]), _mT(vh[..., k:, :])) if full_v else (_mT(vh), None)
+    v1, v2 = (tr(vh[..., :k, :]), tr(vh[..., k:, :])) if full_v else (tr(vh), None)
     return u1, u2, v1, v2, m > k, n > k
 
 
@@ -1065,10 +1070,11 @@ def _svd_side_tangent(x1, x2, rest, dpx, sinv):
     range, not a function of A. They are moved only as much as staying orthogonal to X₁
     requires: Ẋ₂ = −X₁ (Ẋ₁ᵀ X₂) = −X₁ S⁻¹ (X₂ᵀ R)ᵀ.
     """
+    tr = _adjoints(x1)[0]
     t1 = (rest - np.matmul(x1, dpx)) * sinv
     if x2 is None:
         return t1, None
-    return t1, -np.matmul(x1, _mT(np.matmul(_mT(x2), rest) * sinv))
+    return t1, -np.matmul(x1, tr(np.matmul(tr(x2), rest) * sinv))
 
 
 def _svd_tangents(u, s, vh, da, compute_uv):
@@ -1076,12 +1082,17 @@ def _svd_tangents(u, s, vh, da, compute_uv):
     factors may be full (then U̇, V̇h are too)."""
     k = shape_of(s)[-1]
     u1, u2, v1, v2, tall, wide = _svd_thin_parts(u, vh, k)
+    tr, sym = _adjoints(u)
     dav = np.matmul(da, v1)
     if not compute_uv:
+        if tr is _mH:  # Re diag(Uᴴ Ȧ V)
+            return np.real(np.sum(np.conjugate(u1) * dav, axis=-2))
         return np.sum(u1 * dav, axis=-2)  # diag(Uᵀ Ȧ V)
-    dp = np.matmul(_mT(u1), dav)
+    dp = np.matmul(tr(u1), dav)
     ds = np.einsum("...ii->...i", dp)
-    a, b = _sym(dp), (dp - _mT(dp)) / 2
+    if tr is _mH:
+        ds = np.real(ds)
+    a, b = sym(dp), (dp - tr(dp)) / 2
     fm, fp = _svd_f_matrices(s)
     du, dv = np.matmul(u1, fm * a + fp * b), np.matmul(v1, fm * a - fp * b)
     sinv = np.expand_dims(_nonzero_inverse(s), -2)
@@ -1089,17 +1100,18 @@ def _svd_tangents(u, s, vh, da, compute_uv):
         t1, t2 = _svd_side_tangent(u1, u2, dav, dp, sinv)
         du = du + t1 if t2 is None else np.concatenate([du + t1, t2], axis=-1)
     if wide:
-        t1, t2 = _svd_side_tangent(v1, v2, np.matmul(_mT(da), u1), _mT(dp), sinv)
+        t1, t2 = _svd_side_tangent(v1, v2, np.matmul(tr(da), u1), tr(dp), sinv)
         dv = dv + t1 if t2 is None else np.concatenate([dv + t1, t2], axis=-1)
-    return du, ds, _mT(dv)
+    return du, ds, tr(dv)
 
 
 def _svd_side_cotangent(x1, x2, g1, g2, xg):
     """The adjoint of :func:`_svd_side_tangent` before scaling by S⁻¹: (I − X₁X₁ᵀ) X̄₁ − X₂ X̄₂ᵀ X₁
     (``xg`` = X₁ᵀ X̄₁; ``g1``/``g2`` may be None)."""
+    tr = _adjoints(x1)[0]
     r = None if g1 is None else g1 - np.matmul(x1, xg)
     if g2 is not None:
-        r = _addt(r, -np.matmul(x2, np.matmul(_mT(g2), x1)))
+        r = _addt(r, -np.matmul(x2, np.matmul(tr(g2), x1)))
     return r
 
 
@@ -1108,27 +1120,28 @@ def _svd_cotangent(u, s, vh, gu, gs, gvh):
     factors may be full, with their cotangents."""
     k = shape_of(s)[-1]
     u1, u2, v1, v2, tall, wide = _svd_thin_parts(u, vh, k)
+    tr, sym = _adjoints(u)
     gu1 = gu2 = gv1 = gv2 = None
     if gu is not None:
         gu1, gu2 = (gu[..., :k], gu[..., k:]) if u2 is not None else (gu, None)
     if gvh is not None:
-        gv1, gv2 = ((_mT(gvh[..., :k, :]), _mT(gvh[..., k:, :])) if v2 is not None
-                    else (_mT(gvh), None))
+        gv1, gv2 = ((tr(gvh[..., :k, :]), tr(gvh[..., k:, :])) if v2 is not None
+                    else (tr(gvh), None))
     left = None if gs is None else u1 * np.expand_dims(gs, -2)  # U diag(s̄)
-    x = None if gu1 is None else np.matmul(_mT(u1), gu1)
-    y = None if gv1 is None else np.matmul(_mT(v1), gv1)
+    x = None if gu1 is None else np.matmul(tr(u1), gu1)
+    y = None if gv1 is None else np.matmul(tr(v1), gv1)
     if x is not None or y is not None:
         fm, fp = _svd_f_matrices(s)
         xpy = _addt(x, y)
         xmy = _addt(x, None if y is None else -y)
-        inner = _sym(fm * xpy) + (fp * xmy - _mT(fp * xmy)) / 2
+        inner = sym(fm * xpy) + (fp * xmy - tr(fp * xmy)) / 2
         left = _addt(left, np.matmul(u1, inner))
     sinv = np.expand_dims(_nonzero_inverse(s), -2)
     if tall and (gu1 is not None or gu2 is not None):
         left = _addt(left, _svd_side_cotangent(u1, u2, gu1, gu2, x) * sinv)
-    ga = None if left is None else np.matmul(left, _mT(v1))
+    ga = None if left is None else np.matmul(left, tr(v1))
     if wide and (gv1 is not None or gv2 is not None):
-        ga = _addt(ga, np.matmul(u1, _mT(_svd_side_cotangent(v1, v2, gv1, gv2, y) * sinv)))
+        ga = _addt(ga, np.matmul(u1, tr(_svd_side_cotangent(v1, v2, gv1, gv2, y) * sinv)))
     return ga
 
 
@@ -1200,5 +1213,5 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
 from .complex import declare_complex  # noqa: E402
 
 for _fn in (np.linalg.cholesky, np.linalg.eigh, np.linalg.eigvalsh, solve_triangular, cho_solve,
-            np.linalg.norm):
+            np.linalg.norm, np.linalg.svd):
     declare_complex(_fn, holomorphic=False)
