@@ -201,3 +201,37 @@ def test_svdvals_and_nuclear_norm_closed_form():
     np.testing.assert_allclose(g, u @ vh, atol=1e-12)
     g = mp.grad(lambda a: np.linalg.norm(a, "nuc"))(a)
     np.testing.assert_allclose(g, u @ vh, atol=1e-12)
+
+
+# --- qr -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 3), (4, 3), (3, 4), (2, 4, 3)])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr(shape, mode):
+    # LAPACK's R has a real diagonal: Q and R are functions of A (no gauge), except the extra
+    # columns of a complete Q, tested through their projector.
+    def f(x):
+        out = np.linalg.qr(x, mode)
+        if mode == "r":
+            return out
+        q, r = out
+        k = min(shape[-2:])
+        q1, q2 = q[..., :, :k], q[..., :, k:]
+        return q1, r, np.matmul(q2, _mH(q2))
+    test_rule(f, c(*shape))
+
+
+def test_scipy_qr():
+    from mooncake_py.scipy import linalg as sla
+    test_rule(lambda x: sla.qr(x, mode="economic"), c(4, 3))
+    test_rule(lambda x: sla.qr(x, mode="r")[0], c(3, 4))
+
+
+# --- lstsq ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (3, 4)])
+def test_lstsq(shape):
+    a = c(*shape)
+    test_rule(lambda a, b: np.linalg.lstsq(a, b)[0], a, c(shape[0]))
+    test_rule(lambda a, b: np.linalg.lstsq(a, b)[0], a, c(shape[0], 2))
+    test_rule(lambda a, b: np.linalg.lstsq(a, b)[3], a, c(shape[0]))
+    if shape[0] > shape[1]:
+        test_rule(lambda a, b: np.linalg.lstsq(a, b)[1], a, c(shape[0], 2))

@@ -66,7 +66,12 @@ def _tri_inv(t, lower, unit=False):
 
 
 def _copyu(m):
-    """The upper triangle of ``m`` mirrored into the lower one."""
+    """The upper triangle of ``m`` mirrored into the lower one (complex: conjugated, with the
+    real part of the diagonal, as R's diagonal is real: LAPACK's Householder βs are)."""
+    if _is_complex(m):
+        u = np.triu(m, 1)
+        re = np.real(m)
+        return u + _h(u) + re * _eye_like(shape_of(m)[-1], re)
     return np.triu(m) + _mT(np.triu(m, 1))
 
 
@@ -75,6 +80,8 @@ def _is_complex(x):
 
 
 # --- numpy.linalg.qr --------------------------------------------------------------------------
+# Complex A = QR: every ᵀ below is ᴴ (_h, a plain transpose for real values); R's diagonal is
+# real, so Ω = QᴴQ̇ also holds the imaginary diagonal of Qᴴ Ȧ R⁻¹.
 _QR_MODES = ("reduced", "complete", "r")
 
 
@@ -106,13 +113,13 @@ def _qr_factors(a, mode):
 
 def _qr_square_cotangent(q, r1, gq, gr1):
     """Ā of the square-or-tall part (R₁ square): (Q̄ + Q copyu(M)) R₁⁻ᵀ, M = R̄ R₁ᵀ − Qᵀ Q̄."""
-    m = None if gr1 is None else np.matmul(gr1, _mT(r1))
+    m = None if gr1 is None else np.matmul(gr1, _h(r1))
     if gq is not None:
-        m = _addt(m, -np.matmul(_mT(q), gq))
+        m = _addt(m, -np.matmul(_h(q), gq))
     left = np.matmul(q, _copyu(m))
     if gq is not None:
         left = left + gq
-    return np.matmul(left, _mT(_tri_inv(r1, lower=False)))
+    return np.matmul(left, _h(_tri_inv(r1, lower=False)))
 
 
 def _qr_cotangent(a, q1, r, q2, gq1, gr, gq2):
@@ -126,7 +133,7 @@ def _qr_cotangent(a, q1, r, q2, gq1, gr, gq2):
         if gr is not None:
             gr2 = gr[..., :, m:]
             gy = np.matmul(q1, gr2)
-            gq1 = _addt(gq1, np.matmul(y, _mT(gr2)))
+            gq1 = _addt(gq1, np.matmul(y, _h(gr2)))
         if gq1 is None and gr1 is None:
             gx = np.zeros_like(gy)
         else:
@@ -136,7 +143,7 @@ def _qr_cotangent(a, q1, r, q2, gq1, gr, gq2):
         gq1 = np.zeros_like(q1)
     ga = _qr_square_cotangent(q1, r, gq1, gr)
     if gq2 is not None:  # Q̇₂ = −Q₁ R⁻ᵀ Ȧᵀ Q₂ is adjoint to −Q₂ Q̄₂ᵀ Q₁ R⁻ᵀ
-        ga = ga - np.matmul(np.matmul(q2, np.matmul(_mT(gq2), q1)), _mT(_tri_inv(r, False)))
+        ga = ga - np.matmul(np.matmul(q2, np.matmul(_h(gq2), q1)), _h(_tri_inv(r, False)))
     return ga
 
 
@@ -165,9 +172,12 @@ def _qr(needs, a, mode="reduced"):
 def _qr_square_tangents(q, r1, dx):
     """(Q̇, Ṙ₁) for lane-first Ẋ of the square-or-tall part, and Ẋ R₁⁻¹."""
     dxr = np.matmul(dx, _tri_inv(r1, lower=False))
-    c = np.matmul(_mT(q), dxr)
+    c = np.matmul(_h(q), dxr)
     low = np.tril(c, -1)
-    c_omega = c - low + _mT(low)  # C − Ω
+    c_omega = c - low + _h(low)  # C − Ω
+    if _is_complex(c):  # Ω = QᴴQ̇ is skew-Hermitian: it takes C's imaginary diagonal too
+        im = np.imag(c)
+        c_omega = c_omega - 1j * (im * _eye_like(shape_of(c)[-1], im))
     return dxr - np.matmul(q, c_omega), np.matmul(c_omega, r1), dxr
 
 
@@ -181,12 +191,12 @@ def _qr_f(primals, tangents, **kw):
         m, n = shape_of(a)[-2:]
         if n > m:
             dq, dr1, _ = _qr_square_tangents(q1, r1[..., :, :m], da[..., :, :m])
-            dr2 = np.matmul(_mT(dq), a[..., :, m:]) + np.matmul(_mT(q1), da[..., :, m:])
+            dr2 = np.matmul(_h(dq), a[..., :, m:]) + np.matmul(_h(q1), da[..., :, m:])
             dr = np.concatenate([dr1, dr2], axis=-1)
         else:
             dq, dr, dar = _qr_square_tangents(q1, r1, da)
             if q2 is not None:
-                dq2 = -np.matmul(q1, _mT(np.matmul(_mT(q2), dar)))
+                dq2 = -np.matmul(q1, _h(np.matmul(_h(q2), dar)))
                 dq = np.concatenate([dq, dq2], axis=-1)
                 dr = np.concatenate([dr, np.zeros_like(da[..., : m - n, :])], axis=-2)
         return out, dr if mode == "r" else (dq, dr)
@@ -284,6 +294,7 @@ def _eigvals_f(primals, tangents):
 
 
 # --- numpy.linalg.lstsq ----------------------------------------------------------------------
+# Complex: ᵀ → ᴴ (_h); the residuals ‖r‖² and singular values are real: ρ̇ = 2 Re Σ conj(r)·ṙ.
 def _lstsq_solve(a, b, rcond):
     return np.linalg.lstsq(a, b, rcond=rcond)[0]
 
@@ -304,20 +315,20 @@ def _lstsq(needs, a, b, rcond=None):
         xm, bm = _cols(x, vec), _cols(b, vec)
         if gx is not None:
             gxm = _cols(gx, vec)
-            gb = _lstsq_solve(_mT(a), gxm, rcond)                 # A⁺ᵀ x̄
-            ga = -np.matmul(gb, _mT(xm))
+            gb = _lstsq_solve(_h(a), gxm, rcond)                 # A⁺ᵀ x̄
+            ga = -np.matmul(gb, _h(xm))
             if m > n:
                 r = bm - np.matmul(a, xm)
-                ga = ga + np.matmul(r, _mT(_lstsq_solve(a, gb, rcond)))
+                ga = ga + np.matmul(r, _h(_lstsq_solve(a, gb, rcond)))
             elif m < n:
-                y = _lstsq_solve(_mT(a), xm, rcond)               # A⁺ᵀ x
+                y = _lstsq_solve(_h(a), xm, rcond)               # A⁺ᵀ x
                 p = gxm - _lstsq_solve(a, np.matmul(a, gxm), rcond)
-                ga = ga + np.matmul(y, _mT(p))
+                ga = ga + np.matmul(y, _h(p))
         if grho is not None and shape_of(res[1])[0] > 0:
             r = bm - np.matmul(a, xm)
             rg = 2 * r * grho
             gb = _addt(gb, rg)
-            ga = _addt(ga, -np.matmul(rg, _mT(xm)))
+            ga = _addt(ga, -np.matmul(rg, _h(xm)))
         if gs_ is not None and need[0]:
             u, _, vh = np.linalg.svd(a, full_matrices=False)
             ga = _addt(ga, np.matmul(u * gs_, vh))
@@ -344,17 +355,19 @@ def _lstsq_f(primals, tangents, **kw):
         dx = _lstsq_solve(a, rhs, rcond)
         drho = None
         if shape_of(rho)[0] > 0:
-            drho = 2 * np.sum(r * rhs, axis=0)
+            drho = 2 * np.sum((np.real(np.conjugate(r) * rhs) if _is_complex(r) or
+                               _is_complex(rhs) else r * rhs), axis=0)
         ds = None
         if da is not None:
             if m > n:  # + A⁺ A⁺ᵀ Ȧᵀ r
-                dx = dx + _lstsq_solve(a, _lstsq_solve(_mT(a), np.matmul(_mT(da), r), rcond),
+                dx = dx + _lstsq_solve(a, _lstsq_solve(_h(a), np.matmul(_h(da), r), rcond),
                                        rcond)
             elif m < n:  # + (I − A⁺ A) Ȧᵀ A⁺ᵀ x
-                q = np.matmul(_mT(da), _lstsq_solve(_mT(a), xm, rcond))
+                q = np.matmul(_h(da), _lstsq_solve(_h(a), xm, rcond))
                 dx = dx + q - _lstsq_solve(a, np.matmul(a, q), rcond)
             u, _, vh = np.linalg.svd(a, full_matrices=False)
-            ds = np.sum(u * np.matmul(da, _mT(vh)), axis=-2)
+            ds = np.sum(np.conjugate(u) * np.matmul(da, _h(vh)), axis=-2)
+            ds = np.real(ds) if _is_complex(ds) else ds
         else:
             ds = np.zeros_like(s)
         if drho is None:
@@ -820,6 +833,8 @@ def _solve_banded_f(primals, tangents, **kw):
 from .complex import declare_complex  # noqa: E402  (the last family module to load)
 
 declare_complex(np.linalg.eig, holomorphic=False)
+declare_complex(np.linalg.qr, holomorphic=False)
+declare_complex(np.linalg.lstsq, holomorphic=False)
 declare_complex(np.linalg.eigvals, holomorphic=False)
 # Complex-differentiable (their rules are algebraic formulas; the tape conjugates around them).
 # The square root of a real matrix with negative eigenvalues is complex: fine, it is the same
