@@ -18,6 +18,7 @@ from .config import current_config
 from .errors import ArgumentError, NonDifferentiableInputError, TangentError
 from .forward_api import _seed, _result
 from .pytree import flatten
+from .tape.replay import Replayer
 
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
 # the per-op overhead is shared by many directions, small enough that k copies of every
@@ -26,15 +27,19 @@ DEFAULT_CHUNK = 128
 _MEMORY_BUDGET = 1 << 28  # bytes for the k-lane tangent of the inputs (the tape holds a multiple)
 
 
-def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False):
+def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False, replayer=None):
     """(value, gradients, Hv) with gradients/Hv per argument in ``nums`` (tuples); with
-    ``has_aux`` the value is ``(value, aux)``."""
+    ``has_aux`` the value is ``(value, aux)``. A ``replayer`` (prepared caches: no kwargs, no
+    aux) replays the tape-level plan of an earlier call on this call's duals."""
     tangents = [None] * len(args)
     for i, v in zip(nums, vs):
         tangents[i] = v
     tag, dargs = _seed(f, tuple(args), tuple(tangents), lanes)
     try:
-        y, grads = value_and_grad(f, argnums=nums, has_aux=has_aux)(*dargs, **kwargs)
+        if replayer is not None:
+            y, grads = replayer.call(f, dargs, nums)
+        else:
+            y, grads = value_and_grad(f, argnums=nums, has_aux=has_aux)(*dargs, **kwargs)
     finally:
         tag.close()  # duals f saved somewhere raise if used later (the results are unwrapped)
     if has_aux:
@@ -123,8 +128,9 @@ def _chunk(n, itemsize, chunk_size):
     return max(1, min(int(k), n))
 
 
-def _hessian_rows(f, nums, args, kwargs, chunk_size):
-    """Value, gradients and the dense (N, N) Hessian over all float leaves of ``nums``."""
+def _hessian_rows(f, nums, args, kwargs, chunk_size, replayers=None):
+    """Value, gradients and the dense (N, N) Hessian over all float leaves of ``nums``.
+    ``replayers`` (a dict, prepared caches) holds one Replayer per lane count."""
     check_args(f, args, nums)
     leaves = _float_leaves(args, nums)
     sizes = [int(np.size(leaf)) for _, _, leaf in leaves]
@@ -154,7 +160,14 @@ def _hessian_rows(f, nums, args, kwargs, chunk_size):
                     tl[j] = basis[:, a:b].reshape((rows,) + tuple(np.shape(leaf))).astype(
                         getattr(leaf, "dtype", np.float64), copy=False)
             vs.append(tree.unflatten(tl))
-        value, grads, hvs = _value_gradient_hvp(f, nums, args, vs, True, kwargs)
+        rp = None
+        if replayers is not None:
+            # a plan per lane count: the last, shorter chunk must not throw out the plan of
+            # the others (nor replay one recorded with other tangent shapes)
+            rp = replayers.get(rows)
+            if rp is None:
+                rp = replayers[rows] = Replayer(dual=True, kind="hessian")
+        value, grads, hvs = _value_gradient_hvp(f, nums, args, vs, True, kwargs, replayer=rp)
         cols = []
         for hv in hvs:
             for t in flatten(hv)[0]:
@@ -221,22 +234,47 @@ def hessian(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
 # --- prepared caches ----------------------------------------------------------------------
 class HVPCache:
-    """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`."""
+    """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`. Pickles without
+    its plan (the next call records again)."""
 
-    def __init__(self, f, args):
+    def __init__(self, f, args, replay=True):
         self.spec = CacheSpec("hvp", f, args)
+        self._replay = Replayer(dual=True, kind="hvp") if replay else None
+
+    def __getstate__(self):
+        return {"spec": self.spec, "replay": self._replay is not None}
+
+    def __setstate__(self, state):
+        self.spec = state["spec"]
+        self._replay = Replayer(dual=True, kind="hvp") if state.get("replay", True) else None
 
 
 class HessianCache:
-    """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`."""
+    """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`.
+    Pickles without its plans."""
 
-    def __init__(self, f, args, chunk_size):
+    def __init__(self, f, args, chunk_size, replay=True):
         self.spec = CacheSpec("hessian", f, args)
         self.chunk_size = chunk_size
+        self._replay = {} if replay else None  # lane count -> Replayer
+
+    def __getstate__(self):
+        return {"spec": self.spec, "chunk_size": self.chunk_size,
+                "replay": self._replay is not None}
+
+    def __setstate__(self, state):
+        self.spec, self.chunk_size = state["spec"], state["chunk_size"]
+        self._replay = {} if state.get("replay", True) else None
 
 
-def prepare_hvp_cache(f: Callable[..., Any], *args: Any) -> HVPCache:
+def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True) -> HVPCache:
     """Prepare Hessian-vector products of ``f`` at arguments shaped like ``args``.
+
+    With ``replay=True`` (the default) the first call records ``f`` on dual numbers and later
+    calls re-run that recording's plan on the new duals, under the guards of
+    :func:`prepare_gradient_cache` (float64 NumPy arguments only; anything else, and any
+    function the gradient replay refuses, is recorded every call). ``replay=False`` records
+    every call.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -247,7 +285,7 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any) -> HVPCache:
         >>> Hv
         array([-1., -1., -1.], dtype=float32)
     """
-    return HVPCache(f, args)
+    return HVPCache(f, args, replay)
 
 
 def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
@@ -269,7 +307,8 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
             raise TangentError(f"value_and_hvp of {_fname(f)}: with {len(args)} arguments, v must "
                                "be a tuple with one direction per argument (None for constants).")
         vs = tuple(v[i] for i in nums)
-    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {})
+    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {},
+                                         replayer=getattr(cache, "_replay", None))
     if len(args) == 1:
         return value, gs[0] if gs else None, hvs[0] if hvs else None
     return value, _full(len(args), nums, gs), _full(len(args), nums, hvs)
@@ -282,9 +321,11 @@ def _full(n, nums, items):
     return tuple(out)
 
 
-def prepare_hessian_cache(f: Callable[..., Any], *args: Any,
-                          chunk_size: int | None = None) -> HessianCache:
+def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | None = None,
+                          replay: bool = True) -> HessianCache:
     """Prepare Hessians of ``f`` at arguments shaped like ``args``; see :func:`hessian`.
+
+    ``replay`` as for :func:`prepare_hvp_cache` (one plan per number of directions a sweep).
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -295,7 +336,7 @@ def prepare_hessian_cache(f: Callable[..., Any], *args: Any,
         array([[-0., -0.],
                [-0., -0.]])
     """
-    return HessianCache(f, args, chunk_size)
+    return HessianCache(f, args, chunk_size, replay)
 
 
 def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
@@ -306,7 +347,8 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
     expect_cache(cache, "hessian", "value_gradient_and_hessian")
     cache.spec.check(f, args)
     nums = cache.spec.float_args
-    value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size)
+    value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size,
+                                                  getattr(cache, "_replay", None))
     single = len(args) == 1
     blocks = _hessian_blocks(args, nums, H, leaves, offsets, single)
     if single:

@@ -116,6 +116,10 @@ class PlanTape(Tape):
         if n1 == n0:  # a plain result the Python code sees: a guard
             if not any(t[0] != _CONST for t in tmpl):
                 raise _Unsupported("an op on values of another transformation")
+            if _holds_wrapper(out):
+                # (mp.stop_gradient of a dual, say): a value that carries this call's
+                # derivative tag cannot be compared with, or stand in for, a later call's
+                raise _Unsupported("an untracked value of another transformation")
             self.plan_steps.append((_GUARD, fn, tmpl, kw, _copy(out)))
             return
         if n1 != n0 + 1 or type(out) is not TrackedArray or out._tape is not self or \
@@ -177,6 +181,13 @@ def _scalar_step(fn, tmpl, node, args, y):
             which = 0 if tmpl[0][0] == tmpl[1][0] == _SLOT else 1 if tmpl[0][0] == _SLOT else 2
             return (_BIN, fn, node, tmpl, how[0], how[1], which)
     return None
+
+
+def _holds_wrapper(v):
+    t = type(v)
+    if t in WRAPPER_TYPES:
+        return True
+    return t in _SEQ and any(_holds_wrapper(b) for b in v)
 
 
 def _plain_kwargs(kwargs, tape):
@@ -393,7 +404,12 @@ class Replayer:
         (True, 1)
     """
 
-    def __init__(self):
+    def __init__(self, dual=False, kind="gradient"):
+        # dual: the differentiated leaves are this call's dual numbers (forward-over-reverse:
+        # the HVP and Hessian caches); the plan is the same tape-level plan, its rules called
+        # on the new duals and its pullbacks swept on them
+        self.dual = dual
+        self.kind = kind
         self.plan = None
         self.failures = 0
         self.disabled = False
@@ -407,7 +423,7 @@ class Replayer:
             return record_call(f, args, nums, Tape)[:2]
         if self.plan is not None:
             plan = self.plan
-            leaves, consts = _split_leaves(args, nums)
+            leaves, consts = _split_leaves(args, nums, self.dual)
             if leaves is not None and len(consts) == len(plan.constants) and all(
                     _same(c, s) for c, s in zip(consts, plan.constants)):
                 try:
@@ -426,15 +442,15 @@ class Replayer:
                 if not self.warned:
                     self.warned = True
                     warnings.warn(
-                        f"the prepared gradient cache of {getattr(f, '__qualname__', f)!r} "
+                        f"the prepared {self.kind} cache of {getattr(f, '__qualname__', f)!r} "
                         "stopped replaying its recording: its guards (branches on traced "
                         f"values, or the constant arguments) failed {MAX_FAILURES} times in a "
                         "row, so it records every call from now on. Prepare it with "
                         "replay=False to silence this.", RuntimeWarning, stacklevel=3)
                 return record_call(f, args, nums, Tape)[:2]
-        before = [_copy(c) for c in _split_leaves(args, nums)[1]]
+        before = [_copy(c) for c in _split_leaves(args, nums, self.dual)[1]]
         y, grads, tr, tape, yt = record_call(f, args, nums, PlanTape)
-        self.plan = _make_plan(tape, tr, yt, args, nums, before)
+        self.plan = _make_plan(tape, tr, yt, args, nums, before, self.dual)
         return y, grads
 
 
@@ -454,17 +470,26 @@ def _gc_paused():
     return _api("gc_paused")()
 
 
-def _split_leaves(args, nums):
+def _split_leaves(args, nums, dual=False):
     """(the tracked leaves in recording order, the other leaves) of ``args``; None for the
-    first when a leaf is not of a kind the plan replays."""
+    first when a leaf is not of a kind the plan replays. With ``dual`` the tracked leaves
+    must be duals of float64 NumPy values and tangents (no nesting: a dual of duals, i.e.
+    a transformation of the cache's call, is recorded every time)."""
     is_float_leaf = _api("is_float_leaf")
     leaves, consts = [], []
     for i, a in enumerate(args):
         for leaf in flatten(a)[0]:
             if i in nums and is_float_leaf(leaf):
                 t = type(leaf)
-                if not (t is float or (t in (np.ndarray, np.float64)
-                                       and leaf.dtype == np.float64)):
+                if dual:
+                    if t is not _dual_type() or not (
+                            type(leaf._value) in (np.ndarray, np.float64) and
+                            type(leaf._tangent) in (np.ndarray, np.float64) and
+                            leaf._value.dtype == np.float64 and
+                            leaf._tangent.dtype == np.float64):
+                        return None, consts
+                elif not (t is float or (t in (np.ndarray, np.float64)
+                                         and leaf.dtype == np.float64)):
                     return None, consts
                 leaves.append(leaf)
             else:
@@ -472,14 +497,19 @@ def _split_leaves(args, nums):
     return leaves, consts
 
 
-def _make_plan(tape, tr, y, args, nums, before):
+def _dual_type():
+    from ..dual.dual_array import DualArray
+    return DualArray
+
+
+def _make_plan(tape, tr, y, args, nums, before, dual=False):
     if type(tape) is not PlanTape and getattr(tape, "_open_class", None) is not PlanTape:
         return None  # it became a MutatingTape: writes are not planned
     if tape.plan_broken is not None:
         return None
     if type(y) is not TrackedArray or y._tape is not tape:
         return None
-    leaves, consts = _split_leaves(args, nums)
+    leaves, consts = _split_leaves(args, nums, dual)
     if leaves is None or len(consts) != len(before) or \
             not all(_same(a, b) for a, b in zip(consts, before)):
         return None  # f wrote into a constant argument: a replay would not
