@@ -11,6 +11,8 @@ import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
 
+from test_replay import _buffer, _writer  # the same write programs the gradient replay is tested on
+
 
 def _close(a, b):
     for u, w in zip(mp.ravel_pytree(a)[0:1], mp.ravel_pytree(b)[0:1]):
@@ -76,20 +78,6 @@ def test_suite_case_hessian_replay_equals_fresh(name):
         assert replays >= 1, "expected this case to replay"
     else:
         assert replays == 0
-
-
-def _writer(x):
-    y = x.copy()
-    y[0] = y[1] * y[2]
-    y[1:] += np.sin(x[:-1])
-    return np.sum(y * y)
-
-
-def _buffer(x):
-    out = np.zeros_like(x, shape=(3,))
-    for i in range(3):
-        out[i] = x[i] ** 2
-    return np.sum(out)
 
 
 @pytest.mark.parametrize("f", [_writer, _buffer])
