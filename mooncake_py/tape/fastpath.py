@@ -77,43 +77,81 @@ def _pb_div(a, b, y, which):  # (div: NumPy's division also for a Python-number 
         (lambda g: (g * div(1, b), None)) if which == 1 else (lambda g: (None, g * div(-y, b)))
 
 
-def _binary(ufunc, op, pullback, reflected):
-    general = ArrayOps.__dict__[f"__{'r' if reflected else ''}{op.__name__.strip('_')}__"]
-
-    def method(self, other):
-        tape = self._tape
-        v = self._value
-        if type(tape) is Tape and type(v) is _F64 and not tape._debug:
-            t = type(other)
-            if t is TrackedArray:
-                w = other._value
-                tracked = other._tape is tape
-                ok = tracked and type(w) is _F64
-            else:
-                w = other
-                tracked = False
-                ok = t is _F64 or t is float or t is int
-            if ok and _SWEEPING.get() <= tape._level and RRULES.get(ufunc) is _BUILTIN[ufunc]:
-                a, b = (w, v) if reflected else (v, w)
-                y = op(a, b)
+# The binary methods are generated from one template so that each has its operator inline
+# (``v * w``: no operator-function call) and its pullback written in place (no factory call);
+# the pullbacks of + and - capture nothing, so they are shared objects instead of a closure per
+# node. Each computes what the matching _pb_* factory's pullback computes, operation for
+# operation (tests/test_overhead_paths.py checks them bitwise against the general path).
+_SHARED = {"pb_gg": lambda g: (g, g), "pb_gn": lambda g: (g, None), "pb_ng": lambda g: (None, g),
+           "pb_g_neg": lambda g: (g, -g), "pb_n_neg": lambda g: (None, -g)}
+# Per operator: y from (a, b), and the pullback for which = 0 (both tracked), 1 (first), 2.
+_FORMS = {
+    "add": ("a + b", "pb_gg", "pb_gn", "pb_ng"),
+    "sub": ("a - b", "pb_g_neg", "pb_gn", "pb_n_neg"),
+    "mul": ("a * b", "lambda g: (g * b, g * a)", "lambda g: (g * b, None)",
+            "lambda g: (None, g * a)"),
+    "truediv": ("a / b", "lambda g: (g * div(1, b), g * div(-y, b))",
+                "lambda g: (g * div(1, b), None)", "lambda g: (None, g * div(-y, b))"),
+}
+_TEMPLATE = """
+def {name}(self, other):
+    tape = self._tape
+    v = self._value
+    if type(tape) is Tape and type(v) is _F64 and not tape._debug:
+        t = type(other)
+        if t is TrackedArray:
+            w = other._value
+            if other._tape is tape and type(w) is _F64 and _SWEEPING.get() <= tape._level \
+                    and RRULES.get(ufunc) is builtin:
+                {ab}
+                y = {y}
                 if type(y) is _F64:
-                    if tracked:
-                        pb = pullback(a, b, y, 0)
-                        parents = (other._node, self._node) if reflected else \
-                            (self._node, other._node)
-                    elif reflected:
-                        pb = pullback(a, b, y, 2)
-                        parents = (None, self._node)
-                    else:
-                        pb = pullback(a, b, y, 1)
-                        parents = (self._node, None)
                     node = len(tape._parents)
-                    tape._pullbacks.append(pb)
-                    tape._parents.append(parents)
+                    tape._pullbacks.append({pb0})
+                    tape._parents.append({parents})
                     tape._fns.append(ufunc)
                     return TrackedArray(y, tape, node)
+        elif (t is _F64 or t is float or t is int) and _SWEEPING.get() <= tape._level and \
+                RRULES.get(ufunc) is builtin:
+            {ab_const}
+            y = {y}
+            if type(y) is _F64:
+                node = len(tape._parents)
+                tape._pullbacks.append({pb_const})
+                tape._parents.append({parents_const})
+                tape._fns.append(ufunc)
+                return TrackedArray(y, tape, node)
+    return general(self, other)
+"""
+
+
+def _binary(ufunc, opname, reflected):
+    name = f"__{'r' if reflected else ''}{opname}__"
+    y, pb0, pb1, pb2 = _FORMS[opname]
+    src = _TEMPLATE.format(
+        name=name, y=y, pb0=pb0,
+        ab="a, b = w, v" if reflected else "a, b = v, w",
+        parents="(other._node, self._node)" if reflected else "(self._node, other._node)",
+        ab_const="a, b = other, v" if reflected else "a, b = v, other",
+        pb_const=pb2 if reflected else pb1,
+        parents_const="(None, self._node)" if reflected else "(self._node, None)")
+    ns = dict(_SHARED, Tape=Tape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
+              RRULES=RRULES, ufunc=ufunc, builtin=_BUILTIN[ufunc], div=div,
+              general=ArrayOps.__dict__[name])
+    exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)
+    return ns[name]
+
+
+def _inplace_scalar(binary, general):
+    """``s += v`` for a float64 scalar ``s``: a scalar has no buffer, so the general in-place
+    operator returns NotImplemented and Python then calls ``s + v``; this calls it directly
+    (``s += x[i]`` is the suite's scalar loop). A NotImplemented from ``binary`` sends Python
+    down the same fallback as before."""
+    def method(self, other):
+        if type(self._value) is _F64:
+            return binary(self, other)
         return general(self, other)
-    method.__name__ = f"__{'r' if reflected else ''}{op.__name__.strip('_')}__"
+    method.__name__ = general.__name__
     return method
 
 
@@ -218,9 +256,10 @@ def install():
     TrackedArray.__array_ufunc__ = _array_ufunc
     TrackedArray.__neg__ = _neg
     TrackedArray.__getitem__ = _fast_getitem
-    for ufunc, op, pb in [(np.add, operator.add, _pb_add), (np.subtract, operator.sub, _pb_sub),
-                          (np.multiply, operator.mul, _pb_mul),
-                          (np.true_divide, operator.truediv, _pb_div)]:
+    for ufunc, opname in [(np.add, "add"), (np.subtract, "sub"), (np.multiply, "mul"),
+                          (np.true_divide, "truediv")]:
         for reflected in (False, True):
-            m = _binary(ufunc, op, pb, reflected)
+            m = _binary(ufunc, opname, reflected)
             setattr(TrackedArray, m.__name__, m)
+        setattr(TrackedArray, f"__i{opname}__", _inplace_scalar(
+            getattr(TrackedArray, f"__{opname}__"), ArrayOps.__dict__[f"__i{opname}__"]))
