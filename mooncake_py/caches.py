@@ -25,7 +25,7 @@ import numpy as np
 from .errors import PreparedCacheSpecError
 from .pytree import flatten, leaf_paths
 from .api import value_and_grad, vjp, is_float_leaf, _fname
-from .tape.replay import Replayer
+from .tape.replay import PullbackReplayer, Replayer
 
 
 def _leaf_spec(x):
@@ -139,13 +139,27 @@ def _replayer(compile):
 
 
 class PullbackCache:
-    """Prepared by :func:`prepare_pullback_cache`; used by :func:`value_and_pullback`."""
+    """Prepared by :func:`prepare_pullback_cache`; used by :func:`value_and_pullback`.
 
-    def __init__(self, f, args):
+    Pickles when ``f`` does; the replay plan is not stored (the first call after loading
+    records again)."""
+
+    def __init__(self, f, args, replay=True):
         self.spec = CacheSpec("pullback", f, args)
         y = f(*args)
         self.out_leaves = [_leaf_spec(o) for o in flatten(y)[0]]
         self.out_tree = flatten(y)[1]
+        self._replay = PullbackReplayer() if replay else None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_replay"] = self._replay is not None
+        return state
+
+    def __setstate__(self, state):
+        replay = state.pop("_replay", False)
+        self.__dict__.update(state)
+        self._replay = PullbackReplayer() if replay else None
 
 
 def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
@@ -192,8 +206,15 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
     return y, tuple(full)
 
 
-def prepare_pullback_cache(f: Callable[..., Any], *args: Any) -> PullbackCache:
+def prepare_pullback_cache(f: Callable[..., Any], *args: Any,
+                           replay: bool = True) -> PullbackCache:
     """Prepare to compute ``f``'s value and vector-Jacobian products at arguments like ``args``.
+
+    With ``replay=True`` (the default) the first call records ``f`` and later calls re-run
+    that recording on the new arguments and cotangent ``ybar`` without running ``f``, under
+    the guards of :func:`prepare_gradient_cache` (branches on traced values and the constant
+    arguments must be as recorded, else ``f`` is recorded again). Outputs may be arrays,
+    scalars or containers of them. ``replay=False`` records every call.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -203,7 +224,7 @@ def prepare_pullback_cache(f: Callable[..., Any], *args: Any) -> PullbackCache:
         >>> gx
         array([2., 2.])
     """
-    return PullbackCache(f, args)
+    return PullbackCache(f, args, replay)
 
 
 def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
@@ -226,5 +247,13 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
             f"the pullback cache prepared for {_fname(f)}: the cotangent ybar has structure "
             f"{stree!r} with shapes {[np.shape(s) for s in seeds]}; the output has "
             f"{cache.out_tree!r} with shapes {[s[1] for s in cache.out_leaves]}.")
-    y, pullback = vjp(f, *args)
-    return y, pullback(ybar)
+    rp = getattr(cache, "_replay", None)
+    if rp is None:
+        y, pullback = vjp(f, *args)
+        return y, pullback(ybar)
+    nums = cache.spec.float_args
+    y, cots = rp.call(f, args, nums, ybar)
+    full = [None] * len(args)
+    for i, c in zip(nums, cots):
+        full[i] = c
+    return y, tuple(full)

@@ -279,6 +279,19 @@ class Plan:
 
     def run(self, leaves):
         """``(value, cotangents of the inputs)`` for the tracked ``leaves``; raises _Failed."""
+        values, pbs = self.forward(leaves)
+        return values[self.ynode], self.sweep(values, pbs, values[self.ynode], None)
+
+    def run_pullback(self, leaves, seeds):
+        """``(output leaves, cotangents of the inputs)`` for the tracked ``leaves`` and one
+        cotangent seed per output leaf (plans made by :class:`PullbackReplayer`)."""
+        values, pbs = self.forward(leaves)
+        outs = [values[r] if k == _SLOT else _copy(r) for k, r in self.outs]
+        ys = [values[r] if k == _SLOT else None for k, r in self.outs]
+        return outs, self.sweep(values, pbs, ys, seeds)
+
+    def forward(self, leaves):
+        """Every node's value and pullback, recomputed for ``leaves``; raises _Failed."""
         values = [None] * self.n
         for node, leaf in zip(self.inputs, leaves):
             values[node] = np.float64(leaf) if type(leaf) is float else leaf
@@ -340,17 +353,26 @@ class Plan:
                 _, node, conv, seen = step
                 if conv(values[node]) != seen:
                     raise _Failed()
+        return values, pbs
+
+    def sweep(self, values, pbs, y, seeds):
+        """The inputs' cotangents: the reverse sweep of ``pbs`` from output node ``ynode``
+        (seed one), or with ``seeds`` from the output nodes of :attr:`outs` (a list ``y`` of
+        their values, None for a constant output)."""
         tape = Tape()
         if tape._debug:  # debug mode checks every cotangent: the recording path does that
             raise _Failed()
         tape._pullbacks, tape._parents, tape._fns = pbs, self.parents, self.fns
         try:
-            y = TrackedArray(values[self.ynode], tape, self.ynode)
+            if seeds is None:
+                ys = TrackedArray(y, tape, self.ynode)
+            else:
+                ys = [None if v is None else TrackedArray(v, tape, r)
+                      for v, (k, r) in zip(y, self.outs)]
             entries = [TrackedArray(values[n], tape, n) for n in self.inputs]
-            cts = tape.gradient(y, entries)
+            return tape.gradient(ys, entries, seeds=seeds)
         finally:
             tape.close()
-        return values[self.ynode], cts
 
 
 def _observing(conv, general):
@@ -436,22 +458,34 @@ class Replayer:
                     self.failures = 0
                     self.replays += 1
                     return y, grads
-            self.failures += 1
-            if self.failures >= MAX_FAILURES:
-                self.disabled, self.plan = True, None
-                if not self.warned:
-                    self.warned = True
-                    warnings.warn(
-                        f"the prepared {self.kind} cache of {getattr(f, '__qualname__', f)!r} "
-                        "stopped replaying its recording: its guards (branches on traced "
-                        f"values, or the constant arguments) failed {MAX_FAILURES} times in a "
-                        "row, so it records every call from now on. Prepare it with "
-                        "replay=False to silence this.", RuntimeWarning, stacklevel=3)
+            if self.failed(f):
                 return record_call(f, args, nums, Tape)[:2]
         before = [_copy(c) for c in _split_leaves(args, nums, self.dual)[1]]
         y, grads, tr, tape, yt = record_call(f, args, nums, PlanTape)
         self.plan = _make_plan(tape, tr, yt, args, nums, before, self.dual)
         return y, grads
+
+    def failed(self, f):
+        """Count a replay that could not serve the call; True (and a one-time warning) when
+        the cache gives up replaying."""
+        self.failures += 1
+        if self.failures < MAX_FAILURES:
+            return False
+        self.disabled, self.plan = True, None
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"the prepared {self.kind} cache of {getattr(f, '__qualname__', f)!r} "
+                "stopped replaying its recording: its guards (branches on traced "
+                f"values, or the constant arguments) failed {MAX_FAILURES} times in a "
+                "row, so it records every call from now on. Prepare it with "
+                "replay=False to silence this.", RuntimeWarning, stacklevel=4)
+        return True
+
+    def consts_hold(self, consts):
+        """Whether this call's constant leaves equal those the plan was recorded with."""
+        want = self.plan.constants
+        return len(consts) == len(want) and all(_same(c, w) for c, w in zip(consts, want))
 
 
 _API = {}
@@ -503,27 +537,145 @@ def _dual_type():
 
 
 def _make_plan(tape, tr, y, args, nums, before, dual=False):
+    if type(y) is not TrackedArray or y._tape is not tape or \
+            not _plannable(tape, tr, args, nums, before, dual):
+        return None
+    plan = Plan(tape, [e._node for e in tr.entry], y._node, before)
+    plan.finish = tr.structure
+    return plan
+
+
+def _plannable(tape, tr, args, nums, before, dual):
+    """Whether the recording on ``tape`` can be a plan (see the module docstring)."""
     if type(tape) is not PlanTape and getattr(tape, "_open_class", None) is not PlanTape:
-        return None  # it became a MutatingTape: writes are not planned
+        return False  # it became a MutatingTape: writes are not planned
     if tape.plan_broken is not None:
-        return None
-    if type(y) is not TrackedArray or y._tape is not tape:
-        return None
+        return False
     leaves, consts = _split_leaves(args, nums, dual)
     if leaves is None or len(consts) != len(before) or \
             not all(_same(a, b) for a, b in zip(consts, before)):
-        return None  # f wrote into a constant argument: a replay would not
+        return False  # f wrote into a constant argument: a replay would not
     if not all(isinstance(c, _VALUE_TYPES) or c is None for c in consts):
-        return None  # an object argument (a random generator, a callable) may carry state
+        return False  # an object argument (a random generator, a callable) may carry state
     inputs = [e._node for e in tr.entry]
     if inputs != list(range(len(inputs))):
-        return None
+        return False
     # every other node must be made by a step of the plan (a safety net: a node recorded by a
     # path the plan does not see would be missing from the replay)
     made = [st[6] if st[0] == _OP else st[2] for st in tape.plan_steps
             if st[0] not in (_GUARD, _OBSERVE)]
-    if made != list(range(len(inputs), len(tape._parents))):
-        return None
-    plan = Plan(tape, inputs, y._node, before)
-    plan.finish = tr.structure
-    return plan
+    return made == list(range(len(inputs), len(tape._parents)))
+
+
+def output_template(outs, tape):
+    """Per output leaf ``(_SLOT, node)`` for a value of ``tape``, ``(_CONST, copy)`` for a
+    plain value; None when an output is of another transformation (or a container the
+    flattening left whole), which a plan cannot return.
+
+    A plain output can only depend on the inputs through the plan's guards (module
+    docstring), so when they hold it is the recorded value."""
+    tmpl = []
+    for o in outs:
+        if type(o) is TrackedArray and o._tape is tape:
+            tmpl.append((_SLOT, o._node))
+        elif _holds_wrapper(o) or not (isinstance(o, _VALUE_TYPES) or o is None):
+            return None
+        else:
+            tmpl.append((_CONST, _copy(o)))
+    return tmpl
+
+
+def _check_seeds(f, outs, ytree, seeds, stree):
+    """The checks ``mp.vjp``'s pullback makes on its cotangent, with the same errors."""
+    from ..api import _check_cotangent_kind, _fname
+    from ..errors import TangentError
+    if stree != ytree:
+        raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has structure "
+                           f"{stree!r}; the output has {ytree!r}.")
+    for o, s in zip(outs, seeds):
+        os_, ss = np.shape(o._value if type(o) is TrackedArray else o), np.shape(s)
+        if os_ != ss:
+            raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has shape "
+                               f"{ss}; the output it belongs to has shape {os_}.")
+        _check_cotangent_kind(f, o, s)
+
+
+def record_pullback(f, args, nums, ybar, tape_cls):
+    """``mp.vjp(f, *args)`` and its pullback at ``ybar``, recorded on a ``tape_cls`` step for
+    step as :func:`~mooncake_py.vjp` does: returns the value, the cotangents (a tuple over
+    ``nums``), the tracked arguments, the tape and the flattened outputs."""
+    from ..api import _Tracked, _unwrap_out, check_args
+    check_args(f, args, range(len(args)))
+    tape = tape_cls()
+    with _gc_paused():
+        try:
+            tr = _Tracked(f, args, nums, tape)
+            outs, ytree = flatten(f(*tr.args))
+            seeds, stree = flatten(ybar)
+            _check_seeds(f, outs, ytree, seeds, stree)
+            cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
+        finally:
+            tape.close()
+    return ytree.unflatten([_unwrap_out(o) for o in outs]), tuple(cots), tr, tape, outs, ytree
+
+
+def _complex_seed(seeds):
+    for s in seeds:
+        if type(s) is complex or getattr(getattr(s, "dtype", None), "kind", "f") == "c":
+            return True
+    return False
+
+
+class PullbackReplayer(Replayer):
+    """The replay state of one pullback cache: a plan whose outputs are the leaves of ``f``'s
+    output (arrays, scalars, containers of them; plain leaves returned as recorded) and whose
+    sweep starts from the caller's cotangent seed ``ybar``. Guards, fallback and the give-up
+    after repeated failures are the :class:`Replayer`'s.
+
+    Example:
+        >>> import numpy as np
+        >>> r = PullbackReplayer()
+        >>> f = lambda x: (np.sin(x), 2.0 * x)
+        >>> ybar = (np.ones(2), np.ones(2))
+        >>> _ = r.call(f, (np.zeros(2),), (0,), ybar)        # records, and plans
+        >>> (s, d), (gx,) = r.call(f, (np.zeros(2),), (0,), ybar)   # replays
+        >>> gx.tolist(), r.replays
+        ([3.0, 3.0], 1)
+    """
+
+    def __init__(self):
+        Replayer.__init__(self, kind="pullback")
+
+    def call(self, f, args, nums, ybar):
+        """``(value, cotangents over nums)`` of ``f`` at ``args`` for output cotangent ``ybar``."""
+        if self.disabled or current_config().debug_mode:
+            return record_pullback(f, args, nums, ybar, Tape)[:2]
+        seeds, stree = flatten(ybar)
+        if _complex_seed(seeds):  # (mp.vjp's own path: a complex seed on a real output raises)
+            return record_pullback(f, args, nums, ybar, Tape)[:2]
+        plan = self.plan
+        if plan is not None:
+            leaves, consts = _split_leaves(args, nums)
+            if leaves is not None and stree == plan.ytree and len(seeds) == len(plan.outs) \
+                    and self.consts_hold(consts):
+                try:
+                    with _gc_paused():
+                        outs, cts = plan.run_pullback(leaves, seeds)
+                    cots = tuple(plan.finish(cts))
+                except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
+                    pass
+                else:
+                    self.failures = 0
+                    self.replays += 1
+                    return plan.ytree.unflatten(outs), cots
+            if self.failed(f):
+                return record_pullback(f, args, nums, ybar, Tape)[:2]
+        before = [_copy(c) for c in _split_leaves(args, nums)[1]]
+        y, cots, tr, tape, outs, ytree = record_pullback(f, args, nums, ybar, PlanTape)
+        self.plan = None
+        tmpl = output_template(outs, tape)
+        if tmpl is not None and _plannable(tape, tr, args, nums, before, False):
+            plan = Plan(tape, [e._node for e in tr.entry], None, before)
+            plan.finish, plan.outs, plan.ytree = tr.structure, tmpl, ytree
+            self.plan = plan
+        return y, cots
