@@ -40,7 +40,7 @@ import numpy as np
 from ..rules.derivative_table import CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from . import fastpath
-from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _SLOT, _UNARY, Plan, Replayer,
+from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SLOT, _UNARY, Plan, Replayer,
                      _Failed, _split_leaves)
 
 # Plans longer than this are not compiled: the kernel's work arrays (three floats per node)
@@ -59,26 +59,37 @@ _NB_CALLS = {"sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sinh", "cosh", 
 
 
 def _unary_ops():
-    """(ufunc, forward source, derivative source) for the short path's unary ops, in a fixed
-    order; derivatives are the table's ``d1`` strings in terms of ``a`` (input) and ``y``."""
+    """(ufunc, forward source, d1 source, d2 source) for the short path's unary ops, in a fixed
+    order; the derivatives are the table's ``d1``/``d2`` strings in terms of ``a`` (input) and
+    ``y`` (output), as numba source. An op whose derivatives use a call outside ``_NB_CALLS``
+    is left out (its plans stay Python replay)."""
     import ast
     out = []
     for name in fastpath._UNARY_NAMES:
         e = TABLE.get(name)
         if e is None or e.ufunc not in fastpath._UNARY or e.d1[0] == "-1":
             continue
-        tree = ast.parse(e.d1[0], mode="eval")
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and node.func.id not in _NB_CALLS:
+        srcs = []
+        for text in (e.d1[0], e.d2[0]):
+            tree = ast.parse(text, mode="eval")
+            if not _in_vocabulary(tree):
                 break
-            if isinstance(node, ast.Name) and node.id not in ("a", "y") and \
-                    node.id not in CONSTANTS and node.id not in _NB_CALLS:
-                break
+            srcs.append(ast.unparse(_Numba().visit(tree)))
         else:
-            d = ast.unparse(_Numba().visit(tree))
             fwd = "ua * ua" if name == "square" else f"np.{name}(ua)"
-            out.append((e.ufunc, fwd, d))
+            out.append((e.ufunc, fwd, srcs[0], srcs[1]))
     return out
+
+
+def _in_vocabulary(tree):
+    import ast
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.func.id not in _NB_CALLS:
+            return False
+        if isinstance(node, ast.Name) and node.id not in ("a", "y") and \
+                node.id not in CONSTANTS and node.id not in _NB_CALLS:
+            return False
+    return True
 
 
 class _Numba:
@@ -102,12 +113,16 @@ class _Numba:
         return ast.fix_missing_locations(T().visit(tree)).body
 
 
-def _acc(p, x, ind):
+def _acc(p, x, ind, xt=None):
     """Source adding cotangent ``x`` into node ``p`` as the tape's sweep does: the first
     contribution is stored, later ones added (so -0.0 and never-reached nodes come out as
-    they do there)."""
-    return [f"{ind}if R[{p}]:", f"{ind}    ADJ[{p}] += {x}", f"{ind}else:",
-            f"{ind}    ADJ[{p}] = {x}", f"{ind}    R[{p}] = True"]
+    they do there). ``xt``: the cotangent's tangent (the HVP kernel), kept alongside."""
+    if xt is None:
+        return [f"{ind}if R[{p}]:", f"{ind}    ADJ[{p}] += {x}", f"{ind}else:",
+                f"{ind}    ADJ[{p}] = {x}", f"{ind}    R[{p}] = True"]
+    return [f"{ind}if R[{p}]:", f"{ind}    ADJ[{p}] += {x}", f"{ind}    ADT[{p}] += {xt}",
+            f"{ind}else:", f"{ind}    ADJ[{p}] = {x}", f"{ind}    ADT[{p}] = {xt}",
+            f"{ind}    R[{p}] = True"]
 
 
 def kernel_source():
@@ -141,7 +156,7 @@ def kernel_source():
     src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[a] != 0.0) != (D[s] == 1):",
             f"{i2}return False, 0.0, np.zeros(nx)",
             f"        elif op == {_NEG}:", f"{i1}V[D[s]] = -V[a]"]
-    for k, (_, fwd, _) in enumerate(unary):
+    for k, (_, fwd, _, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}ua = V[a]", f"{i1}V[D[s]] = {fwd}"]
     src += ["    G = np.zeros(nx)",
             "    ADJ = np.empty(n)",
@@ -167,16 +182,120 @@ def kernel_source():
             f"{i1}else:", f"{i2}ga = g * (1 / bv)", f"{i2}gb = g * (-V[d] / bv)",
             f"{i1}if a >= 0:"] + _acc("a", "ga", i2) + [f"{i1}if b >= 0:"] + _acc("b", "gb", i2)
     src += [f"        elif op == {_NEG}:"] + _acc("a", "-g", i1)
-    for k, (_, _, der) in enumerate(unary):
+    for k, (_, _, der, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}uy = V[d]",
                 f"{i1}ua = V[a]"] + _acc("a", f"g * ({der})", i1)
     src += ["    return True, V[ynode], G", ""]
     return "\n".join(src)
 
 
+def hvp_kernel_source():
+    """The forward-over-reverse interpreter's module source: the plan's steps on (value,
+    tangent) pairs, then the reverse sweep on (cotangent, cotangent tangent) pairs, with the
+    table's first and second derivatives. Returns the value, its tangent, the gradient and
+    H·v (for the direction the inputs' tangents ``XT`` hold).
+
+    The tangent terms follow the tape's dual pullbacks: a constant operand contributes no
+    tangent term at all (not a 0·x that would turn an inf into a nan).
+
+    Example:
+        >>> "def mp_hvp(" in hvp_kernel_source()
+        True
+    """
+    unary = _unary_ops()
+    i1, i2, i3 = " " * 12, " " * 16, " " * 20
+    fail = "return False, 0.0, 0.0, np.zeros(nx), np.zeros(nx)"
+    src = ["import numpy as np", "import numba", "",
+           "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
+           "def mp_hvp(OP, A, B, C, D, X, XT, n, ynode, nx):",
+           "    V = np.empty(n)",
+           "    T = np.empty(n)",
+           "    m = OP.shape[0]",
+           "    for s in range(m):",
+           "        op = OP[s]",
+           "        a = A[s]",
+           "        b = B[s]",
+           "        d = D[s]",
+           "        if op == 0:",
+           f"{i1}V[d] = X[a]",
+           f"{i1}T[d] = XT[a]",
+           "        elif op <= 10:",
+           f"{i1}if a >= 0:", f"{i2}av = V[a]", f"{i2}at = T[a]",
+           f"{i1}else:", f"{i2}av = C[s]", f"{i2}at = 0.0",
+           f"{i1}if b >= 0:", f"{i2}bv = V[b]", f"{i2}bt = T[b]",
+           f"{i1}else:", f"{i2}bv = C[s]", f"{i2}bt = 0.0",
+           f"{i1}if op == 1:", f"{i2}V[d] = av + bv", f"{i2}T[d] = at + bt",
+           f"{i1}elif op == 2:", f"{i2}V[d] = av - bv", f"{i2}T[d] = at - bt",
+           f"{i1}elif op == 3:", f"{i2}V[d] = av * bv",
+           f"{i2}if a < 0:", f"{i3}T[d] = av * bt",
+           f"{i2}elif b < 0:", f"{i3}T[d] = at * bv",
+           f"{i2}else:", f"{i3}T[d] = at * bv + av * bt",
+           f"{i1}elif op == 4:", f"{i2}y = av / bv", f"{i2}V[d] = y",
+           f"{i2}if a < 0:", f"{i3}T[d] = bt * (-y / bv)",
+           f"{i2}elif b < 0:", f"{i3}T[d] = at * (1 / bv)",
+           f"{i2}else:", f"{i3}T[d] = at * (1 / bv) + bt * (-y / bv)"]
+    for sym, code in sorted(_CMP.values(), key=lambda t: t[1]):
+        src += [f"{i1}elif op == {code}:", f"{i2}if (av {sym} bv) != (d == 1):", f"{i3}{fail}"]
+    src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[a] != 0.0) != (d == 1):", f"{i2}{fail}",
+            f"        elif op == {_NEG}:", f"{i1}V[d] = -V[a]", f"{i1}T[d] = -T[a]"]
+    for k, (_, fwd, d1, _) in enumerate(unary):
+        src += [f"        elif op == {_UNARY0 + k}:", f"{i1}ua = V[a]", f"{i1}uy = {fwd}",
+                f"{i1}V[d] = uy", f"{i1}T[d] = ({d1}) * T[a]"]
+    src += ["    G = np.zeros(nx)",
+            "    GT = np.zeros(nx)",
+            "    ADJ = np.empty(n)",
+            "    ADT = np.empty(n)",
+            "    R = np.zeros(n, dtype=np.bool_)",
+            "    ADJ[ynode] = 1.0",
+            "    ADT[ynode] = 0.0",
+            "    R[ynode] = True",
+            "    for s in range(m - 1, -1, -1):",
+            "        op = OP[s]",
+            f"        if (op >= 5 and op <= {_TRUTH}) or not R[D[s]]:",
+            "            continue",
+            "        d = D[s]",
+            "        g = ADJ[d]",
+            "        gd = ADT[d]",
+            "        a = A[s]",
+            "        b = B[s]",
+            "        if op == 0:",
+            f"{i1}G[a] += g",
+            f"{i1}GT[a] += gd",
+            "        elif op <= 2:",
+            f"{i1}if a >= 0:"] + _acc("a", "g", i2, "gd") + [
+            f"{i1}if b >= 0:"] + _acc("b", "g if op == 1 else -g", i2,
+                                      "gd if op == 1 else -gd") + [
+            "        elif op == 3:",
+            f"{i1}if a >= 0:",
+            f"{i2}gat = gd * C[s] if b < 0 else gd * V[b] + g * T[b]",
+            f"{i2}gav = g * C[s] if b < 0 else g * V[b]"] + _acc("a", "gav", i2, "gat") + [
+            f"{i1}if b >= 0:",
+            f"{i2}gbt = gd * C[s] if a < 0 else gd * V[a] + g * T[a]",
+            f"{i2}gbv = g * C[s] if a < 0 else g * V[a]"] + _acc("b", "gbv", i2, "gbt") + [
+            "        elif op == 4:",
+            f"{i1}bv = V[b] if b >= 0 else C[s]",
+            f"{i1}ib = 1 / bv",
+            f"{i1}if a >= 0:",
+            # d/dt of 1/b is -b'/b² (the table's ∂²y/∂a∂b times b')
+            f"{i2}gat = gd * ib if b < 0 else gd * ib + g * (-1 / (bv * bv) * T[b])"] + \
+        _acc("a", "g * ib", i2, "gat") + [
+            f"{i1}if b >= 0:",
+            f"{i2}q = -V[d] / bv",
+            f"{i2}qt = 2 * V[d] / (bv * bv) * T[b]",
+            f"{i2}if a >= 0:",
+            f"{i3}qt = -1 / (bv * bv) * T[a] + qt"] + _acc("b", "g * q", i2, "gd * q + g * qt")
+    src += [f"        elif op == {_NEG}:"] + _acc("a", "-g", i1, "-gd")
+    for k, (_, _, d1, d2) in enumerate(unary):
+        src += [f"        elif op == {_UNARY0 + k}:", f"{i1}uy = V[d]", f"{i1}ua = V[a]",
+                f"{i1}u1 = {d1}", f"{i1}u2 = {d2}"] + \
+            _acc("a", "g * u1", i1, "gd * u1 + g * (u2 * T[a])")
+    src += ["    return True, V[ynode], T[ynode], G, GT", ""]
+    return "\n".join(src)
+
+
 _LOCK = threading.Lock()
-_KERNEL = []   # [dispatcher, unary ufunc -> opcode], once loaded and checked
-TIMES = {}     # "load_s": seconds the first kernel request took in this process
+_KERNELS = {}  # "gradient" / "hvp" -> [dispatcher, unary ufunc -> opcode], once loaded and checked
+TIMES = {}     # "load_s" / "hvp_load_s": seconds the first request of each kernel took
 
 
 def _write_checked(path, source):
@@ -209,7 +328,7 @@ def _purge_numba_cache(d, stem):
                 pass
 
 
-def _import(source, stem, d):
+def _import(source, stem, d, func):
     import importlib.util
     import types
     name = f"_mooncake_py_{stem}"
@@ -218,46 +337,60 @@ def _import(source, stem, d):
         sys.modules[name] = mod
         exec(compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec"),
              mod.__dict__)
-        return mod.mp_replay
+        return getattr(mod, func)
     path = os.path.join(d, stem + ".py")
     _write_checked(path, source)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # numba's cache re-imports the module by name
     spec.loader.exec_module(mod)
-    return mod.mp_replay
+    return getattr(mod, func)
+
+
+# The self-test plan: y = x[0] * x[1] - 2, then sin(y) / x[0], at x = (3, 5)
+_TEST_PLAN = (np.array([0, 0, 3, 2], np.int64), np.array([0, 1, 1, 3], np.int64),
+              np.array([-1, -1, 2, -1], np.int64), np.array([0.0, 0.0, 0.0, 2.0]),
+              np.array([1, 2, 3, 4], np.int64))
 
 
 def _self_test(k):
     """Run the kernel on a tiny plan with a known answer: a cache entry that loads but is
     wrong (or does not load) is caught here, before any user plan uses it."""
     # y = x[0] * x[1] - 2 at x = (3, 5): y = 13, gradient (5, 3)
-    op = np.array([0, 0, 3, 2], np.int64)
-    a = np.array([0, 1, 1, 3], np.int64)
-    b = np.array([-1, -1, 2, -1], np.int64)
-    c = np.array([0.0, 0.0, 0.0, 2.0])
-    dst = np.array([1, 2, 3, 4], np.int64)
-    ok, y, g = k(op, a, b, c, dst, np.array([3.0, 5.0]), 5, 4, 2)
+    ok, y, g = k(*_TEST_PLAN, np.array([3.0, 5.0]), 5, 4, 2)
     return bool(ok) and y == 13.0 and g[0] == 5.0 and g[1] == 3.0
 
 
-def kernel():
-    """(the numba interpreter, the opcode of each unary ufunc), compiled or loaded on first use.
+def _self_test_hvp(k):
+    """As :func:`_self_test`, for the HVP kernel: along v = (1, 2) the tangent of y is
+    5·1 + 3·2 = 11 and H·v = ((0, 1), (1, 0))·v = (2, 1)."""
+    ok, y, yt, g, hv = k(*_TEST_PLAN, np.array([3.0, 5.0]), np.array([1.0, 2.0]), 5, 4, 2)
+    return bool(ok) and (y, yt) == (13.0, 11.0) and g.tolist() == [5.0, 3.0] and \
+        hv.tolist() == [2.0, 1.0]
 
-    Example:
-        >>> k, codes = kernel()
-        >>> import numpy as np
-        >>> np.sin in codes
-        True
-    """
-    if _KERNEL:
-        return _KERNEL[0], _KERNEL[1]
+
+# kind -> (source generator, file stem prefix, function name, self-test, TIMES key)
+_KINDS = {"gradient": (kernel_source, "replay_", "mp_replay", _self_test, "load_s"),
+          "hvp": (hvp_kernel_source, "hvp_replay_", "mp_hvp", _self_test_hvp, "hvp_load_s")}
+
+
+def _opcodes():
+    codes = {uf: _UNARY0 + i for i, (uf, _, _, _) in enumerate(_unary_ops())}
+    codes[np.negative] = _NEG
+    return codes
+
+
+def _load(kind):
+    got = _KERNELS.get(kind)
+    if got is not None:
+        return got[0], got[1]
     with _LOCK:
-        if not _KERNEL:
+        if kind not in _KERNELS:
             from ..dual.kernels_cpu import kernel_dir
+            make, prefix, func, test, key = _KINDS[kind]
             t0 = time.perf_counter()
-            source = kernel_source()
-            stem = "replay_" + hashlib.sha1(source.encode()).hexdigest()[:20]
+            source = make()
+            stem = prefix + hashlib.sha1(source.encode()).hexdigest()[:20]
             d = kernel_dir()
             k = None
             for attempt in (d, "purge", None):
@@ -267,19 +400,43 @@ def kernel():
                             continue
                         _purge_numba_cache(d, stem)
                         attempt = d
-                    k = _import(source, stem, attempt)
-                    if _self_test(k):
+                    k = _import(source, stem, attempt, func)
+                    if test(k):
                         break
                 except Exception:  # noqa: BLE001  (a damaged cache entry: rebuild it)
                     pass
                 k = None
             if k is None:
-                raise RuntimeError("the compiled-replay kernel failed its self-test")
-            codes = {uf: _UNARY0 + i for i, (uf, _, _) in enumerate(_unary_ops())}
-            codes[np.negative] = _NEG
-            TIMES["load_s"] = time.perf_counter() - t0
-            _KERNEL[:] = [k, codes]
-    return _KERNEL[0], _KERNEL[1]
+                raise RuntimeError(f"the compiled-replay {kind} kernel failed its self-test")
+            TIMES[key] = time.perf_counter() - t0
+            _KERNELS[kind] = [k, _opcodes()]
+    return _KERNELS[kind][0], _KERNELS[kind][1]
+
+
+def kernel():
+    """(the numba gradient interpreter, the opcode of each unary ufunc), compiled or loaded on
+    first use.
+
+    Example:
+        >>> k, codes = kernel()
+        >>> import numpy as np
+        >>> np.sin in codes
+        True
+    """
+    return _load("gradient")
+
+
+def hvp_kernel():
+    """(the numba forward-over-reverse interpreter, the opcode of each unary ufunc), compiled
+    or loaded on first use; same opcodes and plan encoding as :func:`kernel`.
+
+    Example:
+        >>> k, codes = hvp_kernel()
+        >>> import numpy as np
+        >>> codes[np.sin] == kernel()[1][np.sin]
+        True
+    """
+    return _load("hvp")
 
 
 def _number(v):
@@ -290,6 +447,25 @@ def _number(v):
     if t is int and abs(v) <= _EXACT_INT:
         return float(v)
     return None
+
+
+def _check_leaves(leaves, shapes):
+    if len(leaves) != len(shapes):
+        raise _Failed()
+    for leaf, shape in zip(leaves, shapes):
+        if type(leaf) is not np.ndarray or leaf.dtype != _F64 or leaf.shape != shape:
+            raise _Failed()
+
+
+def _check_rules(fns):
+    for fn in fns:  # a rule registered since the recording: record instead
+        if RRULES.get(fn) is not fastpath._BUILTIN.get(fn):
+            raise _Failed()
+
+
+def _flat(arrays):
+    return arrays[0].ravel() if len(arrays) == 1 else \
+        np.concatenate([a.ravel() for a in arrays])
 
 
 class CompiledPlan:
@@ -306,64 +482,86 @@ class CompiledPlan:
         self._fns = fns
         self.runs = 0
 
-    def run(self, leaves):
-        if len(leaves) != len(self._shapes):
-            raise _Failed()
-        for leaf, shape in zip(leaves, self._shapes):
-            if type(leaf) is not np.ndarray or leaf.dtype != _F64 or leaf.shape != shape:
-                raise _Failed()
-        for fn in self._fns:  # a rule registered since the recording: record instead
-            if RRULES.get(fn) is not fastpath._BUILTIN.get(fn):
-                raise _Failed()
-        k, _ = kernel()
-        op, a, b, c, dst, n, ynode = self._arrays
-        x = leaves[0].ravel() if len(leaves) == 1 else \
-            np.concatenate([leaf.ravel() for leaf in leaves])
-        ok, y, g = k(op, a, b, c, dst, x, n, ynode, x.shape[0])
-        if not ok:
-            raise _Failed()
-        self.runs += 1
-        if len(leaves) == 1:
-            return _F64(y), [g.reshape(self._shapes[0])]
+    def _split(self, g):
+        if len(self._shapes) == 1:
+            return [g.reshape(self._shapes[0])]
         cts, o = [], 0
         for shape, size in zip(self._shapes, self._sizes):
             cts.append(g[o:o + size].reshape(shape))
             o += size
-        return _F64(y), cts
+        return cts
+
+    def run(self, leaves):
+        _check_leaves(leaves, self._shapes)
+        _check_rules(self._fns)
+        k, _ = kernel()
+        op, a, b, c, dst, n, ynode = self._arrays
+        x = _flat(leaves)
+        ok, y, g = k(op, a, b, c, dst, x, n, ynode, x.shape[0])
+        if not ok:
+            raise _Failed()
+        self.runs += 1
+        return _F64(y), self._split(g)
 
 
-def compile_plan(plan, leaves):
-    """``plan`` as a :class:`CompiledPlan`, or None when it holds a step the kernel does not
-    run (see the module docstring) or its arguments are not all float64 arrays.
+class CompiledHVPPlan(CompiledPlan):
+    """A replay plan recorded on dual numbers (an HVP cache's), run by the forward-over-reverse
+    kernel: it takes this call's dual leaves and returns what the Python replay returns, the
+    value and the gradients as duals of this call's tag whose tangents are the input
+    direction's derivative (for the gradients: H·v)."""
 
-    Example:
-        >>> import numpy as np
-        >>> import mooncake_py as mp
-        >>> def f(x):
-        ...     s = 0.0
-        ...     for i in range(3):
-        ...         s = s + np.sin(x[i]) * x[i]
-        ...     return s
-        >>> c = mp.prepare_gradient_cache(f, np.ones(3), compile=True)
-        >>> x = np.array([0.1, 0.2, 0.3])
-        >>> g1 = mp.value_and_gradient(c, f, x)[1][0]   # records, plans, compiles
-        >>> g2 = mp.value_and_gradient(c, f, x)[1][0]   # runs the kernel
-        >>> bool(np.allclose(g2, np.sin(x) + x * np.cos(x), rtol=1e-14, atol=0))
-        True
-    """
-    if plan is None or len(plan.steps) > MAX_STEPS:
+    def run(self, leaves):
+        if not leaves:
+            raise _Failed()
+        tag = leaves[0]._tag
+        dual = _dual_type()
+        for leaf in leaves:
+            if type(leaf) is not dual or leaf._tag is not tag:
+                raise _Failed()
+        values = [leaf._value for leaf in leaves]
+        tangents = [leaf._tangent for leaf in leaves]
+        _check_leaves(values, self._shapes)
+        _check_leaves(tangents, self._shapes)  # (lanes: a Hessian's, not compiled)
+        _check_rules(self._fns)
+        k, _ = hvp_kernel()
+        op, a, b, c, dst, n, ynode = self._arrays
+        x, xt = _flat(values), _flat(tangents)
+        ok, y, yt, g, gt = k(op, a, b, c, dst, x, xt, n, ynode, x.shape[0])
+        if not ok:
+            raise _Failed()
+        self.runs += 1
+        return dual(_F64(y), _F64(yt), tag), [dual(p, t, tag) for p, t in
+                                              zip(self._split(g), self._split(gt))]
+
+
+def _dual_type():
+    from ..dual.dual_array import DualArray
+    return DualArray
+
+
+def _flat_index(key, shape):
+    """The offset of element ``key`` (an int, or a tuple of ints, one per axis) of a C-ordered
+    array of ``shape``, or None when it is not an in-bounds element read."""
+    keys = (key,) if type(key) in fastpath._INT_KEYS else key
+    if type(keys) is not tuple or len(keys) != len(shape) or not keys:
         return None
-    ninp = len(plan.inputs)
-    shapes, offsets, o = [], [], 0
-    for leaf in leaves:
-        if type(leaf) is not np.ndarray or leaf.dtype != _F64:
+    off = 0
+    for k, size in zip(keys, shape):
+        if type(k) not in fastpath._INT_KEYS:
             return None
-        shapes.append(leaf.shape)
-        offsets.append(o)
-        o += leaf.size
-    if len(shapes) != ninp or plan.ynode < ninp:
-        return None
-    _, codes = kernel()
+        k = int(k)
+        if not -size <= k < size:
+            return None
+        off = off * size + k % size
+    return off
+
+
+def _encode(plan, shapes, offsets, codes):
+    """The kernel's arrays for ``plan`` (and the functions whose rules it assumes), or None
+    when a step is not one the kernels run. Gradient plans hold the short-path steps (_ITEM,
+    _BIN, _UNARY); plans recorded on duals hold the same ops as general _OP steps: both are
+    accepted."""
+    ninp = len(plan.inputs)
     m = len(plan.steps)
     op = np.zeros(m, np.int64)
     a = np.full(m, -1, np.int64)
@@ -392,17 +590,21 @@ def compile_plan(plan, leaves):
                 return False
         return consts <= 1
 
+    def read(s, p, key, node):
+        if not (type(p) is int and 0 <= p < ninp):
+            return False
+        off = _flat_index(key, shapes[p])
+        if off is None:
+            return False
+        op[s], a[s], dst[s] = 0, offsets[p] + off, node
+        return True
+
     for s, step in enumerate(plan.steps):
         kind = step[0]
         if kind == _ITEM:
             _, fn, node, p, key, _ = step
-            if not (type(p) is int and 0 <= p < ninp) or len(shapes[p]) != 1:
+            if not read(s, p, key, node):
                 return None
-            key = int(key)
-            size = shapes[p][0]
-            if not -size <= key < size:
-                return None
-            op[s], a[s], dst[s] = 0, offsets[p] + key % size, node
             fns.add(fn)
         elif kind == _BIN:
             _, fn, node, tmpl, pyop, _, _ = step
@@ -415,6 +617,25 @@ def compile_plan(plan, leaves):
             if fn not in codes or not scalar_node(p):
                 return None
             op[s], a[s], dst[s] = codes[fn], p, node
+            fns.add(fn)
+        elif kind == _OP:
+            _, fn, rule, tmpl, kw, _, node, shape, dt = step
+            if kw or shape != () or dt != _F64 or rule is not fastpath._BUILTIN.get(fn):
+                return None
+            if fn is operator.getitem:
+                if len(tmpl) != 2 or tmpl[0][0] != _SLOT or tmpl[1][0] != _CONST or \
+                        not read(s, tmpl[0][1], tmpl[1][1], node):
+                    return None
+            elif fn in _BINARY_UFUNCS:
+                if len(tmpl) != 2 or not operands(s, tmpl):
+                    return None
+                op[s], dst[s] = _BINARY_UFUNCS[fn], node
+            elif fn in codes:
+                if len(tmpl) != 1 or tmpl[0][0] != _SLOT or not scalar_node(tmpl[0][1]):
+                    return None
+                op[s], a[s], dst[s] = codes[fn], tmpl[0][1], node
+            else:
+                return None
             fns.add(fn)
         elif kind == _GUARD:
             _, fn, tmpl, kw, seen = step
@@ -429,15 +650,64 @@ def compile_plan(plan, leaves):
             op[s], a[s], dst[s] = _TRUTH, node, int(seen)
         else:
             return None
-    arrays = (op, a, b, c, dst, plan.n, plan.ynode)
-    return CompiledPlan(plan, arrays, tuple(shapes), tuple(fns))
+    return (op, a, b, c, dst, plan.n, plan.ynode), tuple(fns)
+
+
+_BINARY_UFUNCS = {np.add: 1, np.subtract: 2, np.multiply: 3, np.true_divide: 4}
+
+
+def compile_plan(plan, leaves, dual=False):
+    """``plan`` as a :class:`CompiledPlan` (``dual``: a :class:`CompiledHVPPlan`, for a plan
+    recorded on the dual leaves of an HVP cache), or None when it holds a step the kernels do
+    not run (see the module docstring) or its arguments are not all float64 arrays (for
+    ``dual``: duals of float64 arrays with one direction each).
+
+    Example:
+        >>> import numpy as np
+        >>> import mooncake_py as mp
+        >>> def f(x):
+        ...     s = 0.0
+        ...     for i in range(3):
+        ...         s = s + np.sin(x[i]) * x[i]
+        ...     return s
+        >>> c = mp.prepare_gradient_cache(f, np.ones(3), compile=True)
+        >>> x = np.array([0.1, 0.2, 0.3])
+        >>> g1 = mp.value_and_gradient(c, f, x)[1][0]   # records, plans, compiles
+        >>> g2 = mp.value_and_gradient(c, f, x)[1][0]   # runs the kernel
+        >>> bool(np.allclose(g2, np.sin(x) + x * np.cos(x), rtol=1e-14, atol=0))
+        True
+    """
+    if plan is None or len(plan.steps) > MAX_STEPS:
+        return None
+    shapes, offsets, o = [], [], 0
+    for leaf in leaves:
+        if dual:
+            if type(leaf) is not _dual_type():
+                return None
+            t, leaf = leaf._tangent, leaf._value
+            if type(t) is not np.ndarray or t.dtype != _F64 or t.shape != np.shape(leaf):
+                return None
+        if type(leaf) is not np.ndarray or leaf.dtype != _F64:
+            return None
+        shapes.append(leaf.shape)
+        offsets.append(o)
+        o += leaf.size
+    if len(shapes) != len(plan.inputs) or plan.ynode < len(plan.inputs):
+        return None
+    _, codes = hvp_kernel() if dual else kernel()
+    enc = _encode(plan, shapes, offsets, codes)
+    if enc is None:
+        return None
+    arrays, fns = enc
+    return (CompiledHVPPlan if dual else CompiledPlan)(plan, arrays, tuple(shapes), fns)
 
 
 class CompilingReplayer(Replayer):
     """A :class:`~mooncake_py.tape.replay.Replayer` whose plans run on the compiled kernel
     when :func:`compile_plan` accepts them (and as Python replay otherwise). The guards, the
     fallback to recording after a failed guard and the give-up after repeated failures are the
-    Replayer's; a new plan (after a branch flip) is encoded again, never recompiled.
+    Replayer's; a new plan (after a branch flip) is encoded again, never recompiled. With
+    ``dual=True`` (an HVP cache) the plans run on the forward-over-reverse kernel.
 
     Example:
         >>> import numpy as np
@@ -454,7 +724,8 @@ class CompilingReplayer(Replayer):
         plan = self.plan
         if type(plan) is Plan and not getattr(plan, "_not_compiled", False):
             try:
-                cp = compile_plan(plan, _split_leaves(args, nums)[0] or ())
+                cp = compile_plan(plan, _split_leaves(args, nums, self.dual)[0] or (),
+                                  self.dual)
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None
             if cp is None:
