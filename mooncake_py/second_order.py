@@ -237,16 +237,26 @@ class HVPCache:
     """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`. Pickles without
     its plan (the next call records again)."""
 
-    def __init__(self, f, args, replay=True):
+    def __init__(self, f, args, replay=True, compile=False):
         self.spec = CacheSpec("hvp", f, args)
-        self._replay = Replayer(dual=True, kind="hvp") if replay else None
+        self._compile = compile
+        self._replay = _hvp_replayer(compile) if replay else None
 
     def __getstate__(self):
-        return {"spec": self.spec, "replay": self._replay is not None}
+        return {"spec": self.spec, "replay": self._replay is not None,
+                "compile": self._compile}
 
     def __setstate__(self, state):
         self.spec = state["spec"]
-        self._replay = Replayer(dual=True, kind="hvp") if state.get("replay", True) else None
+        self._compile = state.get("compile", False)
+        self._replay = _hvp_replayer(self._compile) if state.get("replay", True) else None
+
+
+def _hvp_replayer(compile):
+    if compile:
+        from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
+        return CompilingReplayer(dual=True, kind="hvp")
+    return Replayer(dual=True, kind="hvp")
 
 
 class HessianCache:
@@ -267,14 +277,17 @@ class HessianCache:
         self._replay = {} if state.get("replay", True) else None
 
 
-def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True) -> HVPCache:
+def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
+                      compile: bool = False) -> HVPCache:
     """Prepare Hessian-vector products of ``f`` at arguments shaped like ``args``.
 
     With ``replay=True`` (the default) the first call records ``f`` on dual numbers and later
     calls re-run that recording's plan on the new duals, under the guards of
     :func:`prepare_gradient_cache` (float64 NumPy arguments only; anything else, and any
     function the gradient replay refuses, is recorded every call). ``replay=False`` records
-    every call.
+    every call. ``compile=True`` (experimental) runs a plan made only of float64 scalar steps
+    in a numba forward-over-reverse kernel, as :func:`prepare_gradient_cache` does for
+    gradients (mooncake_py/tape/compiled.py); other plans replay in Python as usual.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -285,7 +298,7 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True) ->
         >>> Hv
         array([-1., -1., -1.], dtype=float32)
     """
-    return HVPCache(f, args, replay)
+    return HVPCache(f, args, replay, compile)
 
 
 def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
