@@ -461,7 +461,23 @@ class Tape:
                 elif tg in _SPARSE:
                     g = g.dense()
                 gs = pb(g)
-                for p, gp in zip(parents[i], gs):
+                ps = parents[i]
+                if len(ps) == 2 and len(gs) == 2:  # (binary ops, unrolled: no zip, no loop)
+                    p, q = ps
+                    if type(p) is int and type(q) is int:
+                        gp, gq = gs
+                        if gp is not None:
+                            if cts[p] is None:
+                                cts[p] = gp
+                            else:
+                                _accumulate(cts, owned, p, gp)
+                        if gq is not None:
+                            if cts[q] is None:
+                                cts[q] = gq
+                            else:
+                                _accumulate(cts, owned, q, gq)
+                        continue
+                for p, gp in zip(ps, gs):
                     if p is None or gp is None:
                         continue
                     if type(p) is tuple:
