@@ -12,12 +12,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import array_module as am
-from .api import value_and_grad, _norm_argnums, _fname, is_float_leaf, check_args
+from .api import (value_and_grad, _norm_argnums, _fname, is_float_leaf, check_args,
+                  _as_gradient, _check_scalar, gc_paused)
 from .caches import CacheSpec, expect_cache
 from .config import current_config
 from .errors import ArgumentError, NonDifferentiableInputError, TangentError
+from .dual.dual_array import DualArray, Tag
 from .forward_api import _seed, _result
 from .pytree import flatten
+from .tape import Tape, TrackedArray
 from .tape.replay import Replayer
 
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
@@ -85,6 +88,8 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
         >>> mp.hvp(f)(np.array([1.0, 2.0]), np.array([1.0, 1.0]))   # 6 x v
         array([ 6., 12.])
     """
+    fast = type(argnums) is int and not lanes and not has_aux
+
     @functools.wraps(f)
     def hvp_f(*args_and_v, **kwargs):
         if len(args_and_v) < 2:
@@ -94,8 +99,12 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 "argument(s), so v is missing. Call mp.hvp(f)(x, v) with v shaped like x (or "
                 "mp.hessian(f)(x) for the whole matrix).")
         *args, v = args_and_v
-        nums = _norm_argnums(argnums, len(args), f)
         try:
+            if fast:
+                hv = _fast_hvp(f, argnums, args, v, kwargs)
+                if hv is not _NOT_FAST:
+                    return hv
+            nums = _norm_argnums(argnums, len(args), f)
             value, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v), lanes,
                                                kwargs, has_aux)
         except TangentError as e:
@@ -109,6 +118,49 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
         hv = hv[0] if isinstance(argnums, int) else hv
         return (hv, value[1]) if has_aux else hv
     return hvp_f
+
+
+_NOT_FAST = object()
+
+
+def _fast_hvp(f, argnum, args, v, kwargs):
+    """H·v for the common call, one float64 ndarray differentiated along a float64 ndarray ``v``
+    of its shape, with the steps of the general path (seed a dual, track it, record ``f``,
+    sweep, take the tangent of the gradient) done on that one leaf: no pytree handling, no
+    argnums normalisation, one copy of ``v`` instead of two. ``_NOT_FAST`` when the call is not
+    of that kind; the general path then runs and raises where it should."""
+    n = len(args)
+    if not -n <= argnum < n or type(v) is not np.ndarray:
+        return _NOT_FAST
+    i = argnum % n
+    x = args[i]
+    if type(x) is not np.ndarray or x.dtype.type is not np.float64 \
+            or v.dtype.type is not np.float64 or v.shape != x.shape:
+        return _NOT_FAST
+    tag = Tag(0)
+    # the dual's own tangent: writes f makes into x move it, never the caller's v
+    d = DualArray(x, v.copy(), tag)
+    try:
+        tape = Tape()
+        with gc_paused():
+            try:
+                t = tape._new(d, None, None)
+                entry = TrackedArray(d, tape, t._node)
+                y = f(*args[:i], t, *args[i + 1:], **kwargs)
+                yv = y._value if type(y) is TrackedArray else y
+                if not (type(yv) is DualArray and type(yv._value) is np.float64):
+                    _check_scalar(f, y)
+                g = tape.gradient(y, [entry])[0]
+            finally:
+                tape.close()  # a tracked value f saved somewhere raises if used later
+    finally:
+        tag.close()  # likewise a dual
+    if type(g) is DualArray and g._tag is tag:
+        hv = g._tangent
+        if type(hv) is np.ndarray and not hv.flags.writeable:
+            hv = hv.copy()  # a broadcast view inside the computation: hand out an owned array
+        return hv
+    return _result(_as_gradient(g, d), tag)[1]
 
 
 def _float_leaves(args, nums):

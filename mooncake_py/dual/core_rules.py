@@ -10,7 +10,7 @@ import numpy as np
 from ..rules.broadcasting import shape_of
 from ..rules.cotangents import scatter_add
 from ..rules.lanes import align, expand_ellipsis, nlanes
-from ..rules.registry import frule
+from ..rules.registry import FRULES, frule
 from ..rules.shape import astype
 
 
@@ -107,3 +107,38 @@ def _clip(primals, tangents, **kw):
     for u in terms[1:]:
         t = t + u
     return out, _full(t, out)
+
+
+# --- np.sum of a whole array --------------------------------------------------------------------
+# The last op of nearly every loss, and the op every HVP of such a loss ends its recording
+# with: the registered lane-aware frule costs ~10 µs of calls and reshapes around two
+# reductions. A plain call (no keywords, NumPy arrays) reduces primal and tangent directly.
+from .dual_array import _run_rule  # noqa: E402
+
+_sum_frule = FRULES[np.sum]
+_add_reduce = np.add.reduce
+
+
+def _default_sum_kwargs(kwargs):
+    """Whether the keywords are the ones the sum rrule passes on (its defaults) or none."""
+    for k, v in kwargs.items():
+        if v is None and (k == "axis" or k == "dtype" or k == "out"):
+            continue
+        if k == "keepdims" and v is False:
+            continue
+        return False
+    return True
+
+
+def _sum_native(primals, tangents, lanes, kwargs):
+    if len(primals) == 1 and (not kwargs or _default_sum_kwargs(kwargs)):
+        x, t = primals[0], tangents[0]
+        if type(x) is np.ndarray and type(t) is np.ndarray:
+            y = _add_reduce(x, axis=None)
+            if not lanes:
+                return y, _add_reduce(t, axis=None)
+            return y, _add_reduce(t, axis=tuple(range(1, t.ndim)))
+    return _run_rule(np.sum, _sum_frule, primals, tangents, lanes, kwargs)
+
+
+_sum_frule._mc_native = _sum_native
