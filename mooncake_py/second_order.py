@@ -148,9 +148,12 @@ def _fast_hvp(f, argnum, args, v, kwargs):
                 entry = TrackedArray(d, tape, t._node)
                 y = f(*args[:i], t, *args[i + 1:], **kwargs)
                 yv = y._value if type(y) is TrackedArray else y
-                if not (type(yv) is DualArray and type(yv._value) is np.float64):
+                seed = None
+                if type(yv) is DualArray and type(yv._value) is np.float64:
+                    seed = np.array(1.0)  # what the sweep's np.ones_like gives, in 1/10 the time
+                else:
                     _check_scalar(f, y)
-                g = tape.gradient(y, [entry])[0]
+                g = tape.gradient(y, [entry], seed)[0]
             finally:
                 tape.close()  # a tracked value f saved somewhere raises if used later
     finally:
@@ -160,6 +163,8 @@ def _fast_hvp(f, argnum, args, v, kwargs):
         if type(hv) is np.ndarray and not hv.flags.writeable:
             hv = hv.copy()  # a broadcast view inside the computation: hand out an owned array
         return hv
+    if type(g) is np.ndarray and g.dtype.type is np.float64:
+        return np.zeros(g.shape)  # no dual reached x: a zero H·v, as _result gives
     return _result(_as_gradient(g, d), tag)[1]
 
 
