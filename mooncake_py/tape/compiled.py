@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from ..rules.derivative_table import CONSTANTS, TABLE
+from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from . import fastpath
 from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SLOT, _UNARY, Plan, Replayer,
@@ -189,22 +189,85 @@ def kernel_source():
     return "\n".join(src)
 
 
+class _ProgramToNumba:
+    """A dual program's NumPy source (dual/codegen.py) -> scalar numba statements: ``div`` to
+    ``/`` (numba's float division gives inf/nan as NumPy's does, under error_model='numpy'),
+    ``select`` to a conditional expression, calls to ``np.<name>``, named constants to
+    literals."""
+
+    def lines(self, entry, kind, k, present):
+        """(statements, output expressions) of the program for these parameters."""
+        import ast
+        from ..dual import codegen, elementwise
+        prog = elementwise.program(entry, kind, k, present, None)
+        tree = ast.parse(codegen.numpy_source(prog.ir, "f", given=("y",) if kind == "f" else ()))
+        body = tree.body[0].body
+        T = self._transformer()
+        stmts = [ast.unparse(ast.fix_missing_locations(T.visit(st))) for st in body[:-1]]
+        outs = [ast.unparse(ast.fix_missing_locations(T.visit(e))) for e in body[-1].value.elts]
+        return stmts, outs
+
+    @staticmethod
+    def _transformer():
+        import ast
+
+        class T(ast.NodeTransformer):
+            def visit_Call(self, node):
+                self.generic_visit(node)
+                fn = node.func.id
+                if fn == "div":
+                    return ast.BinOp(node.args[0], ast.Div(), node.args[1])
+                if fn == "select":
+                    return ast.IfExp(*node.args)
+                if fn not in _NB_CALLS:
+                    raise ValueError(f"{fn}() is not in the kernel's vocabulary")
+                node.func = ast.Attribute(ast.Name("np", ast.Load()), fn, ast.Load())
+                return node
+
+            def visit_Name(self, node):
+                if node.id in CONSTANTS:
+                    return ast.Constant(CONSTANTS[node.id])
+                return node
+        return T()
+
+
+def _acc2(p, r, tr, ind):
+    """Source adding the cotangent ``r`` (a dual with tangent ``tr``, or a plain number when
+    ``tr`` is None) into node ``p`` as the tape's sweep adds duals and plain numbers: the
+    tangent of a sum holds only the tangents of its dual terms."""
+    if tr is None:
+        return [f"{ind}if R[{p}]:", f"{ind}    ADJ[{p}] += {r}", f"{ind}else:",
+                f"{ind}    ADJ[{p}] = {r}", f"{ind}    R[{p}] = True"]
+    return [f"{ind}if R[{p}]:", f"{ind}    ADJ[{p}] += {r}",
+            f"{ind}    if DT[{p}]:", f"{ind}        ADT[{p}] += {tr}",
+            f"{ind}    else:", f"{ind}        ADT[{p}] = {tr}", f"{ind}        DT[{p}] = True",
+            f"{ind}else:", f"{ind}    ADJ[{p}] = {r}", f"{ind}    R[{p}] = True",
+            f"{ind}    ADT[{p}] = {tr}", f"{ind}    DT[{p}] = True"]
+
+
+def _indent(lines, ind):
+    return [ind + ln for ln in lines]
+
+
 def hvp_kernel_source():
     """The forward-over-reverse interpreter's module source: the plan's steps on (value,
-    tangent) pairs, then the reverse sweep on (cotangent, cotangent tangent) pairs, with the
-    table's first and second derivatives. Returns the value, its tangent, the gradient and
+    tangent) pairs, then the reverse sweep on cotangents that are duals or plain numbers, as
+    the tape's sweep runs on duals: the seed is a plain 1, ``+``/``-`` pass a cotangent on as it
+    is, and the other ops' pullbacks are the frules of ``ew_pullback`` that dual/elementwise.py
+    generates from the table (the same programs, as scalar statements), chosen by which of
+    (cotangent, operands) carry a tangent. Returns the value, its tangent, the gradient and
     H·v (for the direction the inputs' tangents ``XT`` hold).
-
-    The tangent terms follow the tape's dual pullbacks: a constant operand contributes no
-    tangent term at all (not a 0·x that would turn an inf into a nan).
 
     Example:
         >>> "def mp_hvp(" in hvp_kernel_source()
         True
     """
     unary = _unary_ops()
+    P = _ProgramToNumba()
     i1, i2, i3 = " " * 12, " " * 16, " " * 20
     fail = "return False, 0.0, 0.0, np.zeros(nx), np.zeros(nx)"
+    binary = [(TABLE["add"], "+", 1), (TABLE["subtract"], "-", 2),
+              (TABLE["multiply"], "*", 3), (BY_UFUNC[np.true_divide], "/", 4)]
     src = ["import numpy as np", "import numba", "",
            "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
            "def mp_hvp(OP, A, B, C, D, X, XT, n, ynode, nx):",
@@ -213,82 +276,95 @@ def hvp_kernel_source():
            "    m = OP.shape[0]",
            "    for s in range(m):",
            "        op = OP[s]",
-           "        a = A[s]",
-           "        b = B[s]",
-           "        d = D[s]",
+           "        ia = A[s]",
+           "        ib = B[s]",
+           "        dn = D[s]",
            "        if op == 0:",
-           f"{i1}V[d] = X[a]",
-           f"{i1}T[d] = XT[a]",
+           f"{i1}V[dn] = X[ia]",
+           f"{i1}T[dn] = XT[ia]",
            "        elif op <= 10:",
-           f"{i1}if a >= 0:", f"{i2}av = V[a]", f"{i2}at = T[a]",
-           f"{i1}else:", f"{i2}av = C[s]", f"{i2}at = 0.0",
-           f"{i1}if b >= 0:", f"{i2}bv = V[b]", f"{i2}bt = T[b]",
-           f"{i1}else:", f"{i2}bv = C[s]", f"{i2}bt = 0.0",
-           f"{i1}if op == 1:", f"{i2}V[d] = av + bv", f"{i2}T[d] = at + bt",
-           f"{i1}elif op == 2:", f"{i2}V[d] = av - bv", f"{i2}T[d] = at - bt",
-           f"{i1}elif op == 3:", f"{i2}V[d] = av * bv",
-           f"{i2}if a < 0:", f"{i3}T[d] = av * bt",
-           f"{i2}elif b < 0:", f"{i3}T[d] = at * bv",
-           f"{i2}else:", f"{i3}T[d] = at * bv + av * bt",
-           f"{i1}elif op == 4:", f"{i2}y = av / bv", f"{i2}V[d] = y",
-           f"{i2}if a < 0:", f"{i3}T[d] = bt * (-y / bv)",
-           f"{i2}elif b < 0:", f"{i3}T[d] = at * (1 / bv)",
-           f"{i2}else:", f"{i3}T[d] = at * (1 / bv) + bt * (-y / bv)"]
+           f"{i1}if ia >= 0:", f"{i2}a = V[ia]", f"{i2}ta = T[ia]",
+           f"{i1}else:", f"{i2}a = C[s]", f"{i2}ta = 0.0",
+           f"{i1}if ib >= 0:", f"{i2}b = V[ib]", f"{i2}tb = T[ib]",
+           f"{i1}else:", f"{i2}b = C[s]", f"{i2}tb = 0.0"]
+    for j, (e, sym, code) in enumerate(binary):
+        src += [f"{i1}{'if' if j == 0 else 'elif'} op == {code}:", f"{i2}y = a {sym} b",
+                f"{i2}V[dn] = y"]
+        for cond, present in (("ia < 0", (False, True)), ("ib < 0", (True, False)),
+                              ("True", (True, True))):
+            stmts, (ty,) = P.lines(e, "f", 0, present)
+            head = "else" if cond == "True" else \
+                f"{'if' if present == (False, True) else 'elif'} {cond}"
+            src += [f"{i2}{head}:"] + \
+                _indent(stmts, i3) + [f"{i3}T[dn] = {ty}"]
     for sym, code in sorted(_CMP.values(), key=lambda t: t[1]):
-        src += [f"{i1}elif op == {code}:", f"{i2}if (av {sym} bv) != (d == 1):", f"{i3}{fail}"]
-    src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[a] != 0.0) != (d == 1):", f"{i2}{fail}",
-            f"        elif op == {_NEG}:", f"{i1}V[d] = -V[a]", f"{i1}T[d] = -T[a]"]
-    for k, (_, fwd, d1, _) in enumerate(unary):
-        src += [f"        elif op == {_UNARY0 + k}:", f"{i1}ua = V[a]", f"{i1}uy = {fwd}",
-                f"{i1}V[d] = uy", f"{i1}T[d] = ({d1}) * T[a]"]
+        src += [f"{i1}elif op == {code}:", f"{i2}if (a {sym} b) != (dn == 1):", f"{i3}{fail}"]
+    src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[ia] != 0.0) != (dn == 1):",
+            f"{i2}{fail}"]
+    for code, (e, fwd) in [(_NEG, (TABLE["negative"], "-a"))] + [
+            (_UNARY0 + k, (BY_UFUNC[uf], fwd.replace("ua", "a")))
+            for k, (uf, fwd, _, _) in enumerate(unary)]:
+        stmts, (ty,) = P.lines(e, "f", 0, (True,))
+        src += [f"        elif op == {code}:", f"{i1}a = V[ia]", f"{i1}ta = T[ia]",
+                f"{i1}y = {fwd}", f"{i1}V[dn] = y"] + _indent(stmts, i1) + [f"{i1}T[dn] = {ty}"]
     src += ["    G = np.zeros(nx)",
             "    GT = np.zeros(nx)",
             "    ADJ = np.empty(n)",
             "    ADT = np.empty(n)",
             "    R = np.zeros(n, dtype=np.bool_)",
+            "    DT = np.zeros(n, dtype=np.bool_)",  # whether the cotangent is a dual
             "    ADJ[ynode] = 1.0",
-            "    ADT[ynode] = 0.0",
             "    R[ynode] = True",
             "    for s in range(m - 1, -1, -1):",
             "        op = OP[s]",
-            f"        if (op >= 5 and op <= {_TRUTH}) or not R[D[s]]:",
+            "        dn = D[s]",
+            f"        if (op >= 5 and op <= {_TRUTH}) or not R[dn]:",
             "            continue",
-            "        d = D[s]",
-            "        g = ADJ[d]",
-            "        gd = ADT[d]",
-            "        a = A[s]",
-            "        b = B[s]",
+            "        g = ADJ[dn]",
+            "        tg = ADT[dn]",
+            "        P = DT[dn]",
+            "        ia = A[s]",
+            "        ib = B[s]",
             "        if op == 0:",
-            f"{i1}G[a] += g",
-            f"{i1}GT[a] += gd",
+            f"{i1}G[ia] += g",
+            f"{i1}if P:",
+            f"{i2}GT[ia] += tg",
             "        elif op <= 2:",
-            f"{i1}if a >= 0:"] + _acc("a", "g", i2, "gd") + [
-            f"{i1}if b >= 0:"] + _acc("b", "g if op == 1 else -g", i2,
-                                      "gd if op == 1 else -gd") + [
-            "        elif op == 3:",
-            f"{i1}if a >= 0:",
-            f"{i2}gat = gd * C[s] if b < 0 else gd * V[b] + g * T[b]",
-            f"{i2}gav = g * C[s] if b < 0 else g * V[b]"] + _acc("a", "gav", i2, "gat") + [
-            f"{i1}if b >= 0:",
-            f"{i2}gbt = gd * C[s] if a < 0 else gd * V[a] + g * T[a]",
-            f"{i2}gbv = g * C[s] if a < 0 else g * V[a]"] + _acc("b", "gbv", i2, "gbt") + [
-            "        elif op == 4:",
-            f"{i1}bv = V[b] if b >= 0 else C[s]",
-            f"{i1}ib = 1 / bv",
-            f"{i1}if a >= 0:",
-            # d/dt of 1/b is -b'/b² (the table's ∂²y/∂a∂b times b')
-            f"{i2}gat = gd * ib if b < 0 else gd * ib + g * (-1 / (bv * bv) * T[b])"] + \
-        _acc("a", "g * ib", i2, "gat") + [
-            f"{i1}if b >= 0:",
-            f"{i2}q = -V[d] / bv",
-            f"{i2}qt = 2 * V[d] / (bv * bv) * T[b]",
-            f"{i2}if a >= 0:",
-            f"{i3}qt = -1 / (bv * bv) * T[a] + qt"] + _acc("b", "g * q", i2, "gd * q + g * qt")
-    src += [f"        elif op == {_NEG}:"] + _acc("a", "-g", i1, "-gd")
-    for k, (_, _, d1, d2) in enumerate(unary):
-        src += [f"        elif op == {_UNARY0 + k}:", f"{i1}uy = V[d]", f"{i1}ua = V[a]",
-                f"{i1}u1 = {d1}", f"{i1}u2 = {d2}"] + \
-            _acc("a", "g * u1", i1, "gd * u1 + g * (u2 * T[a])")
+            f"{i1}nb = g if op == 1 else -g",
+            f"{i1}ntb = tg if op == 1 else -tg",
+            f"{i1}if P:",
+            f"{i2}if ia >= 0:"] + _acc2("ia", "g", "tg", i3) + [
+            f"{i2}if ib >= 0:"] + _acc2("ib", "nb", "ntb", i3) + [
+            f"{i1}else:",
+            f"{i2}if ia >= 0:"] + _acc2("ia", "g", None, i3) + [
+            f"{i2}if ib >= 0:"] + _acc2("ib", "nb", None, i3)
+    for e, _, code in binary[2:]:
+        src += [f"        elif op == {code}:",
+                f"{i1}y = V[dn]",
+                f"{i1}if ia >= 0:", f"{i2}a = V[ia]", f"{i2}ta = T[ia]",
+                f"{i1}else:", f"{i2}a = C[s]", f"{i2}ta = 0.0",
+                f"{i1}if ib >= 0:", f"{i2}b = V[ib]", f"{i2}tb = T[ib]",
+                f"{i1}else:", f"{i2}b = C[s]", f"{i2}tb = 0.0"]
+        for k, node, other in ((0, "ia", "ib"), (1, "ib", "ia")):
+            src += [f"{i1}if {node} >= 0:"]
+            first = True
+            for pg in (True, False):
+                for po in (True, False):
+                    present = (pg, True, po) if k == 0 else (pg, po, True)
+                    stmts, outs = P.lines(e, "p", k, present)
+                    cond = f"{'P' if pg else 'not P'} and {other} {'>=' if po else '<'} 0"
+                    src += [f"{i2}{'if' if first else 'elif'} {cond}:"] + _indent(stmts, i3) + \
+                        _acc2(node, outs[0], outs[1] if len(outs) > 1 else None, i3)
+                    first = False
+    src += [f"        elif op == {_NEG}:", f"{i1}if P:"] + _acc2("ia", "-g", "-tg", i2) + \
+        [f"{i1}else:"] + _acc2("ia", "-g", None, i2)
+    for k, (uf, _, _, _) in enumerate(unary):
+        src += [f"        elif op == {_UNARY0 + k}:", f"{i1}a = V[ia]", f"{i1}ta = T[ia]",
+                f"{i1}y = V[dn]"]
+        for pg in (True, False):
+            stmts, outs = P.lines(BY_UFUNC[uf], "p", 0, (pg, True))
+            src += [f"{i1}{'if P' if pg else 'else'}:"] + _indent(stmts, i2) + \
+                _acc2("ia", outs[0], outs[1] if len(outs) > 1 else None, i2)
     src += ["    return True, V[ynode], T[ynode], G, GT", ""]
     return "\n".join(src)
 
