@@ -7,12 +7,16 @@ preparation the framework allows outside the timed region (converting arrays, ``
 making leaf tensors), and returns ``(run, pick)``: ``run()`` computes the quantity once,
 synchronously, and ``pick(run())`` selects the derivative from its output (used once, untimed,
 to check that the frameworks agree). A builder raises :class:`NotApplicable` when the
-framework has no such operation.
+framework has no such operation. A builder may return a third item, ``info``: called once
+after the timing, it returns extra fields for the result (a prepared cache's preparation time,
+and whether its plan ran on the compiled kernel).
 
 Peers are imported lazily: a framework that is not installed makes its columns "missing".
 """
 import importlib
+import inspect
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Callable
 
 import numpy as np
@@ -88,7 +92,8 @@ def as_vector(x):
         return np.concatenate(parts) if parts else np.zeros(0)
     if hasattr(x, "detach"):  # torch
         x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64).ravel()
+    # a copy: prepared caches may return views of buffers that their next call overwrites
+    return np.array(x, dtype=np.float64).ravel()
 
 
 def _single(xs):
@@ -135,12 +140,67 @@ def _mp_grad(case, args, dirs):
     return (lambda: gf(*args)), _same
 
 
-def _mp_grad_prepared(case, args, dirs):
+def _prepared(make, compile):
+    """``make()`` (a ``prepare_*_cache`` call) and the ``info`` callback that reports the
+    seconds it took, the kind of plan the cache ended up running and, for a compiled cache,
+    whether that plan runs on the compiled kernel."""
+    t0 = perf_counter()
+    cache = make()
+    prepare_s = perf_counter() - t0
+
+    def info():
+        plan = getattr(getattr(cache, "_replay", None), "plan", None)
+        name = type(plan).__name__ if plan is not None else "none"
+        out = {"prepare_s": prepare_s, "plan": name}
+        if compile:
+            # A plan the kernel accepted is a CompiledPlan (or a Compiled* variant of it);
+            # anything else means the cache fell back to the Python replay or to recording.
+            out["compiled"] = "Compiled" in name
+        return out
+    return cache, info
+
+
+def _load_kernel(kind):
+    """Load the compiled-replay kernel before the first timed call, so that the first call's
+    time is the case's own cost (record, plan, encode) and the load is reported once, apart
+    (``TIMES`` of mooncake_py.tape.compiled). A kernel that fails to load is not an error
+    here: the cache then runs the Python replay, and the row says it did not compile."""
+    try:
+        from mooncake_py.tape import compiled
+        getattr(compiled, "hvp_kernel" if kind == "hvp" else "kernel")()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def kernel_load_times():
+    """Seconds the compiled-replay kernels took to load in this process (``{}`` if none
+    loaded): ``load_s`` (gradient) and ``hvp_load_s``."""
+    import sys
+    compiled = sys.modules.get("mooncake_py.tape.compiled")
+    return dict(getattr(compiled, "TIMES", {}))
+
+
+def _cache(mp, kind, g, diff, compile):
+    """A ``prepare_<kind>_cache`` of ``g`` at ``diff`` (compiled if asked), and its ``info``."""
+    prepare = getattr(mp, f"prepare_{kind}_cache")
+    if not compile:
+        return _prepared(lambda: prepare(g, *diff), False)
+    if "compile" not in inspect.signature(prepare).parameters:
+        raise NotApplicable(f"this version has no compiled {'HVP' if kind == 'hvp' else kind}")
+    _load_kernel(kind)
+    return _prepared(lambda: prepare(g, *diff, compile=True), True)
+
+
+def _mp_grad_prepared(case, args, dirs, compile=False):
     mp = _mp()
     _need(mp, "prepare_gradient_cache")
     g, diff = case.closure(namespace("mooncake_py"), args)
-    cache = mp.prepare_gradient_cache(g, *diff)
-    return (lambda: mp.value_and_gradient(cache, g, *diff)), _second
+    cache, info = _cache(mp, "gradient", g, diff, compile)
+    return (lambda: mp.value_and_gradient(cache, g, *diff)), _second, info
+
+
+def _mp_grad_compiled(case, args, dirs):
+    return _mp_grad_prepared(case, args, dirs, compile=True)
 
 
 def _mp_jvp(case, args, dirs):
@@ -166,13 +226,17 @@ def _mp_jvp_grad(case, args, dirs):
     return (lambda: mp.jvp(gr, diff, tuple(dirs))), _second
 
 
-def _mp_hvp_prepared(case, args, dirs):
+def _mp_hvp_prepared(case, args, dirs, compile=False):
     mp = _mp()
     _need(mp, "prepare_hvp_cache")
     g, diff = case.closure(namespace("mooncake_py"), args)
-    cache = mp.prepare_hvp_cache(g, *diff)
+    cache, info = _cache(mp, "hvp", g, diff, compile)
     v = _single(dirs)
-    return (lambda: mp.value_and_hvp(cache, g, v, *diff)), _last
+    return (lambda: mp.value_and_hvp(cache, g, v, *diff)), _last, info
+
+
+def _mp_hvp_compiled(case, args, dirs):
+    return _mp_hvp_prepared(case, args, dirs, compile=True)
 
 
 # --- autograd ---------------------------------------------------------------------------------
@@ -290,6 +354,7 @@ def _jax_directional(jit, hvp):
 METHODS = [
     Method("mooncake_py", "mooncake_py", "gradient", _mp_grad),
     Method("mooncake_py (prepared)", "mooncake_py", "gradient", _mp_grad_prepared),
+    Method("mooncake_py (compiled)", "mooncake_py", "gradient", _mp_grad_compiled),
     Method("autograd", "autograd", "gradient", _ag_grad),
     Method("torch", "torch", "gradient", _torch_grad),
     Method("jax", "jax", "gradient", _jax_grad(False)),
@@ -304,6 +369,7 @@ METHODS = [
     Method("mooncake_py", "mooncake_py", "hvp", _mp_hvp),
     Method("mooncake_py (jvp∘grad)", "mooncake_py", "hvp", _mp_jvp_grad),
     Method("mooncake_py (prepared)", "mooncake_py", "hvp", _mp_hvp_prepared),
+    Method("mooncake_py (compiled)", "mooncake_py", "hvp", _mp_hvp_compiled),
     Method("autograd", "autograd", "hvp", _ag_hvp),
     Method("torch (functional.hvp)", "torch", "hvp", _torch_hvp_functional),
     Method("torch (func jvp∘grad)", "torch", "hvp", _torch_hvp_func),

@@ -4,10 +4,12 @@ A result is a dict with ``case``, ``quantity``, ``column``, ``framework``, ``sta
 ``"missing"``, ``"n/a"``, ``"unsupported"``, ``"error"``), ``detail`` (why, when not ok) and,
 when ok, the timing fields of :func:`benchmarks.timing.measure` plus ``ratio`` (median time /
 median NumPy primal time) and ``agrees`` (False when its derivative differs from the other
-frameworks').
+frameworks'). A prepared cache's result also has ``prepare_s`` and ``plan`` (the class of the
+plan it ran), and a compiled cache's ``compiled`` (whether that plan ran on the kernel).
 """
 import json
 
+from . import summary
 from .timing import format_time
 
 TITLES = {
@@ -55,6 +57,10 @@ def _cell(r, notes):
         if r.get("agrees") is False:  # fast but wrong: say so next to the number
             n = notes.ref(f"{r['column']} on {r['case']}: {r['detail']}")
             text += f" (wrong [{n}])"
+        if r.get("compiled") is False:
+            n = notes.ref(f"{r['column']}: the plan did not run on the compiled kernel (it "
+                          "replayed in Python or recorded; its class is in results.json)")
+            text += f" (not compiled [{n}])"
         return text
     if st == "missing":
         return "missing"
@@ -99,6 +105,57 @@ def primal_table(results, notes):
     return ["## Primal time per framework", "",
             "Absolute times of the function itself (no derivative), for context.", ""] + \
         _table(["Case"] + cols, rows) + [""]
+
+
+def _cache_columns(results):
+    """``(quantity, column)`` of every prepared or compiled cache column (pinned threads)."""
+    cols = []
+    for r in results:
+        key = (r["quantity"], r["column"])
+        if ("(prepared)" in key[1] or "(compiled)" in key[1]) and \
+                not key[1].endswith(summary.DEFAULT_THREADS) and key not in cols:
+            cols.append(key)
+    return cols
+
+
+def _compile_cell(r, notes):
+    if r is None:
+        return ""
+    if r["status"] != "ok":
+        return _cell(r, notes)
+    text = " / ".join(format_time(r[k]) for k in ("first_call_s", "second_call_s", "median_s"))
+    return text + (" (not compiled)" if r.get("compiled") is False else "")
+
+
+def kernel_load_line(config):
+    """One sentence on the compiled-replay kernels' load time in this run (or ``None``)."""
+    times = config.get("kernel_load_s") or {}
+    names = (("load_s", "gradient kernel"), ("hvp_load_s", "HVP kernel"))
+    parts = [f"{label} {format_time(times[k])}" for k, label in names if k in times]
+    if not parts:
+        return None
+    return ("Kernel load, once per process before the first compiled call (numba import "
+            "counted in the first; from numba's on-disk cache when warm, else compiled): "
+            + ", ".join(parts) + ".")
+
+
+def compile_table(results, config, notes):
+    """Markdown lines: per case, the first, second and median call of each prepared and
+    compiled cache (the first records, plans and, for a compiled cache, encodes for the
+    kernel), and the kernels' load time."""
+    cols = _cache_columns(results)
+    if not cols:
+        return []
+    by = {(r["case"], r["quantity"], r["column"]): r for r in results}
+    rows = [[case] + [_compile_cell(by.get((case, q, c)), notes) for q, c in cols]
+            for case in _cases(results) if any((case, q, c) in by for q, c in cols)]
+    load = kernel_load_line(config)
+    return ["## Preparation and compile time", "",
+            "Each cell: first call / second call / median of later calls. The first call of a "
+            "prepared cache records the function and makes its plan; a compiled cache also "
+            "encodes the plan for the kernel. (The prepare_*_cache call itself is prepare_s "
+            "in results.json.)", ""] + ([load, ""] if load else []) + \
+        _table(["Case"] + [f"{q}: {c}" for q, c in cols], rows) + [""]
 
 
 def hessian_table(scaling):
@@ -157,7 +214,9 @@ def markdown(machine, config, results, scaling=None):
         lines += quantity_table(results, q, notes)
     if any(r["quantity"] == "primal" for r in results):
         lines += primal_table(results, notes)
+    lines += compile_table(results, config, notes)
     lines += hessian_table(scaling)
+    lines += summary.markdown(results)
     if notes.items:
         lines += ["## Notes", ""] + [f"{i}. {t}" for i, t in enumerate(notes.items, 1)] + [""]
     return "\n".join(lines)

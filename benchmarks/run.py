@@ -174,9 +174,11 @@ def run_method(method, case, args, dirs, budget, missing):
     if method.framework in missing:
         return dict(r, status="missing", detail=missing[method.framework]), None
     try:
-        run, pick = method.build(case, args, dirs)
+        run, pick, *info = method.build(case, args, dirs)
         m = measure(run, budget)
         value = fw.as_vector(pick(run()))
+        if info:
+            m.update(info[0]())
     except fw.NotApplicable as e:
         return dict(r, status="n/a", detail=str(e)), None
     except Exception as e:  # report, never crash the run
@@ -275,7 +277,7 @@ def main(argv=None):
     machine = machine_info(versions)
     config = {"quick": opts.quick, "cases": opts.cases, "frameworks": opts.frameworks,
               "quantities": opts.quantities, "budget_s": opts.budget, "seed": opts.seed,
-              "threads": threads,
+              "threads": threads, "kernel_load_s": fw.kernel_load_times(),
               "missing": missing, "started": time.strftime("%Y-%m-%d %H:%M:%S",
                                                            time.localtime(started)),
               "wall_s": round(time.time() - started, 1)}
