@@ -13,6 +13,7 @@ from .errors import (ArgumentError, NonDifferentiableInputError, OutputTypeError
                      TangentError)
 from .pytree import flatten, leaf_paths, ravel_pytree
 from .caches import CacheSpec, expect_cache
+from .tape.forward_replay import DerivativeReplayer
 
 
 def _lane_count(tangents):
@@ -107,6 +108,11 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
                [0., 1.]])
     """
     tag, args = _seed(f, primals, tangents, lanes)
+    return _jvp_seeded(f, tag, args, has_aux)
+
+
+def _jvp_seeded(f, tag, args, has_aux=False):
+    """The rest of :func:`jvp` once :func:`_seed` has made the arguments."""
     try:
         y = f(*args)
         if has_aux:
@@ -124,11 +130,21 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
 # --- prepared caches --------------------------------------------------------------------------
 class DerivativeCache:
     """What :func:`prepare_derivative_cache` recorded: the function, the arguments' structure,
-    shapes and dtypes, and the lane count. Use it with :func:`value_and_derivative`."""
-    __slots__ = ("spec", "lanes")
+    shapes and dtypes, the lane count and the replay state. Use it with
+    :func:`value_and_derivative`. Pickles when ``f`` does (the replay plan is not stored: the
+    first call after loading records again)."""
+    __slots__ = ("spec", "lanes", "_replay")
 
-    def __init__(self, f, args, lanes):
+    def __init__(self, f, args, lanes, replay=True):
         self.spec, self.lanes = CacheSpec("derivative", f, args), lanes
+        self._replay = DerivativeReplayer() if replay else None
+
+    def __getstate__(self):
+        return {"spec": self.spec, "lanes": self.lanes, "replay": self._replay is not None}
+
+    def __setstate__(self, state):
+        self.spec, self.lanes = state["spec"], state["lanes"]
+        self._replay = DerivativeReplayer() if state.get("replay", False) else None
 
     def __repr__(self):
         return (f"DerivativeCache({_fname(self.spec.f)}, {len(self.spec.trees)} argument(s), "
@@ -136,13 +152,20 @@ class DerivativeCache:
 
 
 def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
-                             lanes: int | None = None) -> DerivativeCache:
+                             lanes: int | None = None, replay: bool = True) -> DerivativeCache:
     """Prepare repeated forward-mode derivatives of ``f`` at arguments like ``args``.
 
     Records the arguments' structure, shapes and dtypes (checked on every call of
-    :func:`value_and_derivative`) and runs ``f`` once on duals so that every fused kernel it
-    needs is compiled (or loaded from numba's disk cache) now rather than on the first real call.
+    :func:`value_and_derivative`) and runs ``f`` once, so that every fused kernel it needs is
+    compiled (or loaded from numba's disk cache) now rather than on the first real call.
     ``lanes=k`` prepares for tangents carrying k directions each.
+
+    With ``replay=True`` (the default) that run records ``f``, and later calls push their
+    tangents through the recorded operations' forward rules without running ``f``, as long as
+    the guards of :func:`~mooncake_py.prepare_gradient_cache` hold (branches on the inputs'
+    values and the constant arguments as recorded; else ``f`` is recorded again). See
+    mooncake_py/tape/forward_replay.py for what is replayed. ``replay=False`` runs ``f`` on
+    duals every call.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -153,10 +176,17 @@ def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
         3.0
     """
     k = int(lanes) if lanes else 0
-    cache = DerivativeCache(f, args, k)
+    cache = DerivativeCache(f, args, k, replay)
     zeros = tuple(_zero_tangent(a, k) for a in args)
-    jvp(f, args, zeros, lanes=bool(k))
+    _derivative(cache, f, args, zeros)
     return cache
+
+
+def _derivative(cache, f, primals, tangents):
+    rp = cache._replay
+    if rp is None:
+        return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+    return rp.call(f, tuple(primals), tuple(tangents), cache.lanes)
 
 
 def _zero_tangent(a, k):
@@ -200,7 +230,7 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
         cache.spec.check(f, primals)
         if cache.lanes:
             _check_lanes(cache, f, tangents)
-        return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+        return _derivative(cache, f, primals, tangents)
     pairs = tangents_and_args
     primals, tangents = [], []
     for i, pair in enumerate(pairs):
@@ -214,7 +244,7 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
     cache.spec.check(f, primals)
     if cache.lanes:
         _check_lanes(cache, f, tangents)
-    return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+    return _derivative(cache, f, primals, tangents)
 
 
 def _check_lanes(cache, f, tangents):
