@@ -10,7 +10,7 @@ import pytest
 from benchmarks import frameworks, run, suite
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ["sum_1000", "broadcast_sin_cos_exp"]
+CASES = ["sum_1000", "broadcast_sin_cos_exp", "_sum_1000"]  # the last: a plan that compiles
 
 
 def test_cli_quick_run_writes_json_and_markdown(tmp_path):
@@ -28,12 +28,36 @@ def test_cli_quick_run_writes_json_and_markdown(tmp_path):
     assert all(r["status"] in statuses for r in data["results"])
     grad = [r for r in data["results"] if r["quantity"] == "gradient"
             and r["column"] == "mooncake_py"]
-    assert len(grad) == 2 and all(r["status"] == "ok" and r["median_s"] > 0 for r in grad)
+    assert len(grad) == len(CASES) and all(r["status"] == "ok" and r["median_s"] > 0 for r in grad)
     md = (tmp_path / "results.md").read_text()
     assert "## Gradient" in md and "| Case | Primal (NumPy) | mooncake_py" in md
     for case in CASES:
         assert f"| {case} |" in md
     assert md.strip() == proc.stdout.strip()
+    _check_cache_columns(data, md)
+
+
+def _check_cache_columns(data, md):
+    """The prepared and compiled columns exist for gradient and HVP, the compiled rows say
+    whether their plan compiled, and the compile-time table and the summary are written."""
+    by = {(r["case"], r["quantity"], r["column"]): r for r in data["results"]}
+    for q in ("gradient", "hvp"):
+        for case in CASES:
+            assert by[(case, q, "mooncake_py (prepared)")]["status"] == "ok"
+            assert by[(case, q, "mooncake_py (prepared)")]["first_call_s"] > 0
+            assert (case, q, "mooncake_py (compiled)") in by
+    loop = by[("_sum_1000", "gradient", "mooncake_py (compiled)")]
+    assert loop["status"] == "ok" and loop["compiled"] is True and loop["agrees"] is True
+    whole = by[("sum_1000", "gradient", "mooncake_py (compiled)")]
+    assert whole["status"] == "ok" and whole["compiled"] is False  # np.sum: no scalar plan
+    hvp = by[("_sum_1000", "hvp", "mooncake_py (compiled)")]
+    assert (hvp["status"], hvp.get("compiled"), hvp.get("agrees")) == ("ok", True, True) or \
+        (hvp["status"], hvp["detail"]) == ("n/a", "this version has no compiled HVP")
+    assert data["config"]["kernel_load_s"]["load_s"] > 0
+    assert "(not compiled" in md
+    assert "## Preparation and compile time" in md and "| _sum_1000 |" in md
+    assert "## Summary: issue 13's targets" in md
+    assert "prepared (or compiled, where it compiled) gradient ≤ 10× primal |" in md
 
 
 def test_missing_peer_is_reported_not_raised(tmp_path, monkeypatch):
@@ -66,6 +90,62 @@ def test_disagreeing_result_is_flagged():
     run.check_agreement(recs, vals)
     assert [r["agrees"] for r in recs] == [True, True, False]
     assert "differs" in recs[2]["detail"]
+
+
+def test_wrong_compiled_result_is_flagged(tmp_path, monkeypatch):
+    """The derivative check covers the compiled column: a compiled cache whose gradient is off
+    by a little is marked wrong in the JSON and in the table."""
+    def skewed(build):
+        def wrapped(case, args, dirs):
+            run_, pick, *info = build(case, args, dirs)
+            return (run_, lambda out: fw_vector(pick(out)) * (1 + 1e-4), *info)
+        return wrapped
+    fw_vector = frameworks.as_vector
+    methods = [frameworks.Method(m.column, m.framework, m.quantity, skewed(m.build))
+               if m.column == "mooncake_py (compiled)" else m for m in frameworks.METHODS]
+    monkeypatch.setattr(frameworks, "METHODS", methods)
+    run.main(["--quick", "--cases", "_sum_1000", "--frameworks", "mooncake_py",
+              "--quantities", "gradient", "--no-hessian", "--no-plot", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    by = {r["column"]: r for r in data["results"] if r["quantity"] == "gradient"}
+    assert by["mooncake_py (compiled)"]["agrees"] is False
+    assert by["mooncake_py (prepared)"]["agrees"] is True
+    md = (tmp_path / "results.md").read_text()
+    assert "(wrong [" in md and "result differs" in md
+    # a wrong result does not count as meeting a target
+    assert "_sum_1000 (wrong result)" in md
+
+
+def _rec(case, quantity, column, median, framework="mooncake_py", **kw):
+    return dict(case=case, quantity=quantity, column=column, framework=framework,
+                status="ok", median_s=median, **kw)
+
+
+def test_summary_counts_targets_from_medians():
+    from benchmarks import summary
+    rs = [_rec("a", "primal", "NumPy", 1.0), _rec("b", "primal", "NumPy", 1.0),
+          # a: prepared 20× misses, but its compiled plan (5×) meets; b: compiled did not
+          # compile, so its 2× is not counted and the prepared 12× misses
+          _rec("a", "gradient", "mooncake_py (prepared)", 20.0),
+          _rec("a", "gradient", "mooncake_py (compiled)", 5.0, compiled=True),
+          _rec("b", "gradient", "mooncake_py (prepared)", 12.0),
+          _rec("b", "gradient", "mooncake_py (compiled)", 2.0, compiled=False),
+          _rec("a", "gradient", "mooncake_py", 3.0), _rec("b", "gradient", "mooncake_py", 3.0),
+          _rec("a", "gradient", "torch", 4.0, framework="torch"),
+          _rec("b", "gradient", "torch", 2.0, framework="torch"),
+          _rec("a", "hvp", "mooncake_py (prepared)", 60.0),
+          _rec("b", "hvp", "mooncake_py (prepared)", 30.0, agrees=False)]
+    got = {name: (n, ok, misses) for name, n, ok, misses in summary.targets(rs)}
+    assert got["prepared (or compiled, where it compiled) gradient ≤ 10× primal"] == \
+        (2, 1, ["b (12×)"])
+    assert got["prepared HVP ≤ 3× prepared gradient"] == (2, 1, ["b (wrong result)"])
+    assert got["unprepared mooncake_py ≤ torch eager, gradient"] == (2, 1, ["b (1.5×)"])
+    assert got["unprepared mooncake_py ≤ torch eager, hvp"] == (0, 0, [])  # no torch HVP rows
+    assert got["compiled gradient faster than the NumPy primal (rows whose plan compiled)"] == \
+        (1, 0, ["a (5×)"])
+    md = "\n".join(summary.markdown(rs))
+    assert "| prepared HVP ≤ 3× prepared gradient | 1 / 2 | b (wrong result) |" in md
+    assert "torch eager, hvp" not in md  # a target with no rows is left out
 
 
 @pytest.mark.parametrize("name", list(suite.CASES))
