@@ -525,11 +525,22 @@ def _number(v):
     return None
 
 
+_F64_DTYPE = np.dtype(np.float64)
+
+
+def _f64_array(v, shape):
+    """Whether ``v`` is a native float64 ndarray of ``shape`` (what the kernels take)."""
+    if type(v) is not np.ndarray or v.shape != shape:
+        return False
+    dt = v.dtype
+    return dt is _F64_DTYPE or dt == _F64_DTYPE
+
+
 def _check_leaves(leaves, shapes):
     if len(leaves) != len(shapes):
         raise _Failed()
     for leaf, shape in zip(leaves, shapes):
-        if type(leaf) is not np.ndarray or leaf.dtype != _F64 or leaf.shape != shape:
+        if not _f64_array(leaf, shape):
             raise _Failed()
 
 
@@ -548,7 +559,7 @@ class CompiledPlan:
     """A replay :class:`~mooncake_py.tape.replay.Plan` run by the compiled kernel; made by
     :func:`compile_plan`, used by the Replayer exactly as the plan it wraps."""
 
-    def __init__(self, plan, arrays, shapes, fns):
+    def __init__(self, plan, arrays, shapes, fns, k):
         self.plan = plan
         self.constants = plan.constants
         self.finish = plan.finish
@@ -556,6 +567,7 @@ class CompiledPlan:
         self._shapes = shapes
         self._sizes = [int(np.prod(s)) for s in shapes]
         self._fns = fns
+        self._k = k  # (the kernel loaded and self-tested when the plan was encoded)
         self.runs = 0
 
     def _split(self, g):
@@ -570,10 +582,9 @@ class CompiledPlan:
     def run(self, leaves):
         _check_leaves(leaves, self._shapes)
         _check_rules(self._fns)
-        k, _ = kernel()
         op, a, b, c, dst, n, ynode = self._arrays
         x = _flat(leaves)
-        ok, y, g = k(op, a, b, c, dst, x, n, ynode, x.shape[0])
+        ok, y, g = self._k(op, a, b, c, dst, x, n, ynode, x.shape[0])
         if not ok:
             raise _Failed()
         self.runs += 1
@@ -587,32 +598,50 @@ class CompiledHVPPlan(CompiledPlan):
     direction's derivative (for the gradients: H·v)."""
 
     def run(self, leaves):
-        if not leaves:
-            raise _Failed()
-        tag = leaves[0]._tag
-        dual = _dual_type()
-        for leaf in leaves:
-            if type(leaf) is not dual or leaf._tag is not tag:
+        dual = _DUAL[0] if _DUAL else _dual_type()
+        shapes = self._shapes
+        if len(leaves) == 1:  # (the common case, without the lists)
+            leaf, = leaves
+            if type(leaf) is not dual:
                 raise _Failed()
-        values = [leaf._value for leaf in leaves]
-        tangents = [leaf._tangent for leaf in leaves]
-        _check_leaves(values, self._shapes)
-        _check_leaves(tangents, self._shapes)  # (lanes: a Hessian's, not compiled)
+            tag, x, xt = leaf._tag, leaf._value, leaf._tangent
+            # (a tangent with lanes, a Hessian's, fails the shape check: not compiled)
+            if not (_f64_array(x, shapes[0]) and _f64_array(xt, shapes[0])):
+                raise _Failed()
+            x, xt = x.ravel(), xt.ravel()
+        else:
+            if not leaves:
+                raise _Failed()
+            tag = leaves[0]._tag
+            for leaf in leaves:
+                if type(leaf) is not dual or leaf._tag is not tag:
+                    raise _Failed()
+            values = [leaf._value for leaf in leaves]
+            tangents = [leaf._tangent for leaf in leaves]
+            _check_leaves(values, shapes)
+            _check_leaves(tangents, shapes)
+            x, xt = _flat(values), _flat(tangents)
         _check_rules(self._fns)
-        k, _ = hvp_kernel()
         op, a, b, c, dst, n, ynode = self._arrays
-        x, xt = _flat(values), _flat(tangents)
-        ok, y, yt, g, gt = k(op, a, b, c, dst, x, xt, n, ynode, x.shape[0])
+        ok, y, yt, g, gt = self._k(op, a, b, c, dst, x, xt, n, ynode, x.shape[0])
         if not ok:
             raise _Failed()
         self.runs += 1
+        if len(shapes) == 1:
+            shape = shapes[0]
+            return dual(_F64(y), _F64(yt), tag), [dual(g.reshape(shape), gt.reshape(shape), tag)]
         return dual(_F64(y), _F64(yt), tag), [dual(p, t, tag) for p, t in
                                               zip(self._split(g), self._split(gt))]
 
 
+_DUAL = []
+
+
 def _dual_type():
-    from ..dual.dual_array import DualArray
-    return DualArray
+    if not _DUAL:
+        from ..dual.dual_array import DualArray
+        _DUAL.append(DualArray)
+    return _DUAL[0]
 
 
 def _flat_index(key, shape):
@@ -770,12 +799,12 @@ def compile_plan(plan, leaves, dual=False):
         o += leaf.size
     if len(shapes) != len(plan.inputs) or plan.ynode < len(plan.inputs):
         return None
-    _, codes = hvp_kernel() if dual else kernel()
+    k, codes = hvp_kernel() if dual else kernel()
     enc = _encode(plan, shapes, offsets, codes)
     if enc is None:
         return None
     arrays, fns = enc
-    return (CompiledHVPPlan if dual else CompiledPlan)(plan, arrays, tuple(shapes), fns)
+    return (CompiledHVPPlan if dual else CompiledPlan)(plan, arrays, tuple(shapes), fns, k)
 
 
 class CompilingReplayer(Replayer):
