@@ -20,6 +20,8 @@ from ..array_ops import ArrayOps
 from ..rules.derivative_table import _div as div
 from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
+from ..dual.dual_array import DualArray
+from . import dual_scalars, tape as _tape_module
 from .pullbacks import ItemRead
 from .tape import Tape, _SWEEPING
 from .tracked import TrackedArray
@@ -50,6 +52,10 @@ def _fast_getitem(self, key):
                 tape._parents.append((self._node, None))
                 tape._fns.append(_getitem)
                 return TrackedArray(y, tape, node)
+        elif type(v) is DualArray:
+            r = dual_scalars.getitem(self, key, _BUILTIN[_getitem])
+            if r is not None:
+                return r
     return _general_getitem(self, key)
 
 
@@ -121,6 +127,10 @@ def {name}(self, other):
                 tape._parents.append({parents_const})
                 tape._fns.append(ufunc)
                 return TrackedArray(y, tape, node)
+    if type(v) is DualArray:
+        r = dual_binary(self, other, ufunc, {reflected})
+        if r is not None:
+            return r
     return general(self, other)
 """
 
@@ -129,14 +139,14 @@ def _binary(ufunc, opname, reflected):
     name = f"__{'r' if reflected else ''}{opname}__"
     y, pb0, pb1, pb2 = _FORMS[opname]
     src = _TEMPLATE.format(
-        name=name, y=y, pb0=pb0,
+        name=name, y=y, pb0=pb0, reflected=reflected,
         ab="a, b = w, v" if reflected else "a, b = v, w",
         parents="(other._node, self._node)" if reflected else "(self._node, other._node)",
         ab_const="a, b = other, v" if reflected else "a, b = v, other",
         pb_const=pb2 if reflected else pb1,
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
     ns = dict(_SHARED, Tape=Tape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
-              RRULES=RRULES, ufunc=ufunc, builtin=_BUILTIN[ufunc], div=div,
+              RRULES=RRULES, ufunc=ufunc, DualArray=DualArray, dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
     exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)
     return ns[name]
@@ -148,7 +158,8 @@ def _inplace_scalar(binary, general):
     (``s += x[i]`` is the suite's scalar loop). A NotImplemented from ``binary`` sends Python
     down the same fallback as before."""
     def method(self, other):
-        if type(self._value) is _F64:
+        v = self._value
+        if type(v) is _F64 or (type(v) is DualArray and type(v._value) is _F64):
             return binary(self, other)
         return general(self, other)
     method.__name__ = general.__name__
@@ -201,6 +212,8 @@ _general_neg = ArrayOps.__neg__
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method == "__call__" and not kwargs and len(inputs) == 1 and inputs[0] is self:
         r = _fast_unary(self, ufunc)
+        if r is None and type(self._value) is DualArray:
+            r = dual_scalars.unary(self, ufunc)
         if r is not None:
             return r
     return _general_ufunc(self, ufunc, method, *inputs, **kwargs)
@@ -208,6 +221,8 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
 
 def _neg(self):
     r = _fast_unary(self, np.negative)
+    if r is None and type(self._value) is DualArray:
+        r = dual_scalars.unary(self, np.negative)
     return _general_neg(self) if r is None else r
 
 
@@ -252,6 +267,8 @@ def install():
                                _unary_pullback)
             _BUILTIN[e.ufunc] = RRULES.get(e.ufunc)
     _BUILTIN[_SUM] = RRULES.get(_SUM)
+    dual_scalars.install(set(_UNARY))
+    _tape_module._scalar_add = dual_scalars.add
     TrackedArray.__array_function__ = _array_function
     TrackedArray.__array_ufunc__ = _array_ufunc
     TrackedArray.__neg__ = _neg

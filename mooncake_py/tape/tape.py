@@ -417,8 +417,8 @@ class Tape:
                     # the values are the same, but every product with a 0-d array goes through
                     # the ufunc machinery (~1 µs against ~80 ns for two scalars), and in a
                     # scalar loop the seed reaches every pullback through the chain of sums.
-                    v = yi._value
-                    s = _ONE if type(v) is _F64 else np.ones_like(innermost(v))
+                    v = innermost(yi._value)
+                    s = _ONE if type(v) is _F64 else np.ones_like(v)
                 _accumulate(cts, owned, yi._node, s)
                 start = max(start, yi._node)
         if start >= 0:
@@ -835,6 +835,11 @@ def _accumulate(cts, owned, p, g):
             cts[p] = buf
             owned.add(p)
             return
+    elif _scalar_add is not None:  # dual scalars (forward-over-reverse of scalar loops)
+        r = _scalar_add(cur, g)
+        if r is not None:
+            cts[p] = r
+            return
     cts[p] = _add(cur, g)
 
 
@@ -877,6 +882,9 @@ def _add_inplace(buf, g):
 
 
 _SPARSE = (IndexedCotangent, IndexedCotangentList)
+# cur + g for two scalar contributions of which one is a dual number, or None: set by
+# fastpath.install (tape/dual_scalars.py), so that this module needs no import of the dual layer
+_scalar_add = None
 
 
 def _add(a, b):

@@ -1,0 +1,320 @@
+"""Short paths for scalar loops under forward-over-reverse (``mp.hvp`` of ``s += np.sin(x[i])``).
+
+An HVP records the reverse tape on dual numbers, so in a scalar loop every recorded op is a
+TrackedArray holding a DualArray of one float64 primal and one float64 tangent. The general path
+for such an op passes through the tape's ``record``, the op's rrule, the dual dispatch, the dual
+frule's lane wrapper and two rounds of output checks; in the reverse sweep each pullback goes
+through the same layers again, on dual cotangents. For ``x[i]`` (an int key), ``+ - * /`` and
+fastpath.py's unary ufuncs this module records the node directly and sweeps it directly.
+
+Bitwise equality with the general path holds by construction, not by transcription: the forward
+tangent and the pullbacks call the very functions the general path ends in, the dual layer's
+generated programs (``dual.elementwise.program(...).np_fn``) with the same arguments, followed by
+the same casts; the pullback a node keeps holds the same operands (DualArrays or constants) as
+the general rule's closure. Anything unusual at sweep time (a cotangent that is not a scalar of
+this tag, a tag that has turned complex) is handed to the general rule's own partial
+derivative functions.
+
+Conditions (else the general path runs): a plain :class:`~mooncake_py.tape.tape.Tape` not in
+debug mode and not sweeping, the built-in rule of the function, duals of one tag without lanes
+that is neither closed nor complex, float64 NumPy scalars for primal and tangent, and
+constants that are float64, float, or ints of at most 2**53 in magnitude.
+"""
+import operator
+
+import numpy as np
+
+from ..dual.dual_array import DualArray
+from ..dual.elementwise import program, _cast, _result_dtype
+from ..rules.broadcasting import shape_of, unbroadcast
+from ..rules.derivative_table import TABLE
+from ..rules.elementwise import _partial
+from ..rules.registry import RRULES
+from .pullbacks import ItemRead
+from .tape import Tape, _SWEEPING
+from .tracked import TrackedArray
+
+_F64 = np.float64
+_F64_DT = np.dtype(np.float64)
+_NDARRAY = np.ndarray
+_MAX_INT = 2 ** 53
+getitem_fn = operator.getitem
+
+
+class _Op:
+    """One elementwise op of the derivative table: its rule as registered at install time, the
+    general rule's partial-derivative functions, and the dual layer's programs (memoised here by
+    ``present``, without hashing the table entry on every call)."""
+    __slots__ = ("ufunc", "entry", "nin", "builtin", "unit", "partials", "_frules", "_pbs")
+
+    def __init__(self, entry):
+        self.ufunc, self.entry, self.nin = entry.ufunc, entry, entry.nin
+        self.builtin = RRULES.get(entry.ufunc)
+        # "1" / "-1": the general rule returns g / -g without calling ew_pullback
+        self.unit = tuple(d if d in ("1", "-1") else None for d in entry.d1)
+        self.partials = tuple(_partial(entry, k) for k in range(entry.nin))
+        self._frules = {}
+        self._pbs = {}
+
+    def frule(self, present):
+        p = self._frules.get(present)
+        if p is None:
+            p = self._frules[present] = program(self.entry, "f", 0, present, None)
+        return p
+
+    def pullback(self, k, present):
+        key = (k, present)
+        p = self._pbs.get(key)
+        if p is None:
+            p = self._pbs[key] = program(self.entry, "p", k, present, None)
+        return p
+
+
+_OPS = {}  # ufunc -> _Op, filled by install()
+_NEGATIVE = []  # [the _Op of np.negative]: -g of a dual cotangent
+
+
+def _scalar_dual(d, tag):
+    """Whether ``d`` is a DualArray of ``tag`` holding a float64 scalar and its tangent."""
+    return type(d) is DualArray and d._tag is tag and type(d._value) is _F64 and \
+        type(d._tangent) is _F64
+
+
+def _tangent_of(op, present, pa, pb, y, ta, tb):
+    """The dual frule's tangent of ``op`` at float64 scalars, as ``elementwise._op_frule``'s
+    ``native`` computes and casts it; None when its program has no tangent."""
+    prog = op.frule(present)
+    if not prog.has_tangent:
+        return None
+    ty, = prog.np_fn(pa, pb, y, None, ta, tb, None)
+    return ty if getattr(ty, "dtype", None) == _F64_DT else _cast(ty, _F64_DT)
+
+
+def _recordable(tape, op):
+    return type(tape) is Tape and not tape._debug and _SWEEPING.get() <= tape._level and \
+        RRULES.get(op.ufunc) is op.builtin
+
+
+def _record(tape, value, pullback, parents, fn):
+    node = len(tape._parents)
+    tape._pullbacks.append(pullback)
+    tape._parents.append(parents)
+    tape._fns.append(fn)
+    return TrackedArray(value, tape, node)
+
+
+def binary(self, other, ufunc, reflected):
+    """``self (op) other`` (``other (op) self`` if reflected) for a TrackedArray ``self`` holding
+    a dual scalar, recorded directly; None when the general path must run."""
+    op = _OPS.get(ufunc)
+    d = self._value
+    tape = self._tape
+    if op is None or not _recordable(tape, op):
+        return None
+    tag = d._tag
+    if tag._watch or not _scalar_dual(d, tag):
+        return None
+    t = type(other)
+    if t is TrackedArray:
+        e = other._value
+        if other._tape is not tape or not _scalar_dual(e, tag):
+            return None
+        a, b = (e, d) if reflected else (d, e)
+        pa, ta, pb, tb = a._value, a._tangent, b._value, b._tangent
+        present = (True, True)
+        parents = (other._node, self._node) if reflected else (self._node, other._node)
+    elif t is _F64 or t is float or (t is int and -_MAX_INT <= other <= _MAX_INT):
+        if reflected:
+            a, b = other, d
+            pa, ta, pb, tb = other, None, d._value, d._tangent
+            present, parents = (False, True), (None, self._node)
+        else:
+            a, b = d, other
+            pa, ta, pb, tb = d._value, d._tangent, other, None
+            present, parents = (True, False), (self._node, None)
+    else:
+        return None
+    # The primal as the frule computes it (np.add(a, b) and a + b are the same IEEE operation)
+    if ufunc is np.add:
+        y = pa + pb
+    elif ufunc is np.subtract:
+        y = pa - pb
+    elif ufunc is np.multiply:
+        y = pa * pb
+    else:
+        y = ufunc(pa, pb)
+    if type(y) is not _F64:
+        return None
+    ty = _tangent_of(op, present, pa, pb, y, ta, tb)
+    if ty is None:
+        return None
+    yd = DualArray(y, ty, tag)
+    return _record(tape, yd, DualPullback(op, a, b, yd, present), parents, ufunc)
+
+
+def unary(self, ufunc):
+    """``ufunc(self)`` for a TrackedArray holding a dual scalar (fastpath.py's unary ufuncs),
+    recorded directly; None when the general path must run."""
+    op = _OPS.get(ufunc)
+    if op is None or op.nin != 1:
+        return None
+    tape = self._tape
+    d = self._value
+    if not _recordable(tape, op):
+        return None
+    tag = d._tag
+    if tag._watch or not _scalar_dual(d, tag):
+        return None
+    pa, ta = d._value, d._tangent
+    y = ufunc(pa)
+    if type(y) is not _F64:
+        return None
+    ty = _tangent_of(op, (True,), pa, None, y, ta, None)
+    if ty is None:
+        return None
+    yd = DualArray(y, ty, tag)
+    return _record(tape, yd, DualPullback(op, d, None, yd, (True,)), (self._node,), ufunc)
+
+
+def getitem(self, key, builtin):
+    """``self[key]``, an int key into a float64 array of duals without lanes: the node the
+    general getitem rule records (its pullback is ItemRead's), with the tangent the getitem
+    frule reads; None when the general path must run."""
+    tape = self._tape
+    if type(tape) is not Tape or tape._debug or _SWEEPING.get() > tape._level or \
+            RRULES.get(getitem_fn) is not builtin:
+        return None
+    d = self._value
+    tag = d._tag
+    p, t = d._value, d._tangent
+    if tag._watch or tag.lanes or type(p) is not _NDARRAY or type(t) is not _NDARRAY:
+        return None
+    y = p[key]
+    if type(y) is not _F64:
+        return None
+    ty = t[key]
+    if type(ty) is not _F64:
+        return None
+    return _record(tape, DualArray(y, ty, tag), ItemRead(p.shape, key), (self._node, None),
+                   getitem_fn)
+
+
+class DualPullback:
+    """The pullback of an elementwise op recorded by this module: what the general rule's
+    pullback returns (``unbroadcast(partial_k(g, a, b, y), shape_of(a_k))`` per tracked
+    operand), computed directly for a scalar cotangent (plain float64, or a dual of the same
+    tag) and by the general rule's own partials for anything else.
+
+    ``a``, ``b``: the operands as the general rule saw them (DualArrays, or constants); ``y``:
+    the DualArray output; ``present``: which operands are tracked duals.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.hvp(lambda x: x[0] * x[1])(np.array([2.0, 3.0]), np.array([1.0, 0.0]))
+        array([0., 1.])
+    """
+    __slots__ = ("op", "a", "b", "y", "present")
+
+    def __init__(self, op, a, b, y, present):
+        self.op, self.a, self.b, self.y, self.present = op, a, b, y, present
+
+    def __call__(self, g):
+        present = self.present
+        if len(present) == 1:
+            return (self._partial(0, g),)
+        return (self._partial(0, g) if present[0] else None,
+                self._partial(1, g) if present[1] else None)
+
+    def _partial(self, k, g):
+        op, y = self.op, self.y
+        tag = y._tag
+        tg = type(g)
+        if tg is DualArray:
+            fast = _scalar_dual(g, tag) and not tag._watch
+            gp, gt = (g._value, g._tangent) if fast else (None, None)
+        else:
+            fast = tg is _F64 or (tg is _NDARRAY and g.shape == () and g.dtype == _F64_DT)
+            gp, gt = g, None
+        if not fast:
+            return self._general(k, g)
+        unit = op.unit[k]
+        if unit == "1":
+            return g
+        if unit == "-1":
+            if gt is None:
+                return -g
+            neg = _NEGATIVE[0]
+            y0 = np.negative(gp)
+            t0 = _tangent_of(neg, (True,), gp, None, y0, gt, None)
+            return DualArray(y0, t0, tag)
+        a, b = self.a, self.b
+        ad = type(a) is DualArray
+        pa, ta = (a._value, a._tangent) if ad else (a, None)
+        if op.nin == 1:
+            pb = tb = None
+            present = (gt is not None, ad)
+        else:
+            bd = type(b) is DualArray
+            pb, tb = (b._value, b._tangent) if bd else (b, None)
+            present = (gt is not None, ad, bd)
+        prog = op.pullback(k, present)
+        dt = _F64_DT if type(gp) is _F64 else _result_dtype(gp, y._value)
+        out = prog.np_fn(pa, pb, y._value, gp, ta, tb, gt)
+        r = _cast(out[0], dt)
+        if not prog.has_tangent:
+            return r
+        tr = _cast(out[1], dt)
+        if type(r) is _NDARRAY or getattr(r, "dtype", None) != _F64_DT or tr.dtype != _F64_DT:
+            return self._general(k, g)  # (the dual layer would pair or convert these)
+        return DualArray(r, tr, tag)
+
+    def _general(self, k, g):
+        op = self.op
+        if op.nin == 1:
+            return op.partials[0](g, self.a, self.y)
+        a, b = self.a, self.b
+        return unbroadcast(op.partials[k](g, a, b, self.y), shape_of(a if k == 0 else b))
+
+
+def add(cur, g):
+    """``cur + g`` for two cotangent contributions to one node when one of them is a dual
+    scalar (the other a dual scalar of its tag or a float64 scalar): the add frule's result,
+    computed directly; None for anything else (the sweep then adds them the general way)."""
+    tc, tg = type(cur), type(g)
+    if tc is DualArray:
+        tag = cur._tag
+        if tag._watch or not _scalar_dual(cur, tag):
+            return None
+        if tg is DualArray:
+            if not _scalar_dual(g, tag):
+                return None
+            present, pa, ta, pb, tb = (True, True), cur._value, cur._tangent, g._value, g._tangent
+        elif tg is _F64:
+            present, pa, ta, pb, tb = (True, False), cur._value, cur._tangent, g, None
+        else:
+            return None
+    elif tc is _F64 and tg is DualArray:
+        tag = g._tag
+        if tag._watch or not _scalar_dual(g, tag):
+            return None
+        present, pa, ta, pb, tb = (False, True), cur, None, g._value, g._tangent
+    else:
+        return None
+    op = _OPS[np.add]
+    y = pa + pb
+    if type(y) is not _F64:
+        return None
+    ty = _tangent_of(op, present, pa, pb, y, ta, tb)
+    return None if ty is None else DualArray(y, ty, tag)
+
+
+def install(unary_ufuncs):
+    """Build the op table for ``+ - * /`` and ``unary_ufuncs`` (fastpath.py's list) from the
+    rules registered now (a rule registered later turns that op's short path off)."""
+    _OPS.clear()
+    for e in TABLE.values():
+        if e.ufunc in (np.add, np.subtract, np.multiply, np.true_divide) or \
+                e.ufunc in unary_ufuncs:
+            if not e.constant and e.ufunc not in _OPS:
+                _OPS[e.ufunc] = _Op(e)
+    _NEGATIVE[:] = [_OPS[np.negative]]

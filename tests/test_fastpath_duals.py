@@ -1,0 +1,199 @@
+"""The dual-scalar short paths (tape/dual_scalars.py): HVPs of scalar loops must equal the general
+path bitwise (debug mode takes the general path everywhere) and finite differences of the
+gradient, and every check of the general path must stay."""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.tape import Tape, TrackedArray
+from mooncake_py.tape import tape as tape_module
+from mooncake_py.tape.dual_scalars import DualPullback
+from mooncake_py.tape.pullbacks import ItemRead
+
+
+def _general(fn, *args, **kw):
+    """``fn`` with the short paths off: debug mode takes the general path for every op, and
+    the sweep adds dual contributions through the dual dispatch."""
+    saved = tape_module._scalar_add
+    tape_module._scalar_add = None
+    try:
+        with mp.Config(debug_mode=True):
+            return fn(*args, **kw)
+    finally:
+        tape_module._scalar_add = saved
+
+
+def loop_arith(x):
+    s = 0.0
+    for i in range(len(x)):
+        s += x[i] * x[i] - x[-1 - i] / (2.0 + x[i] * x[i]) + 3 * x[np.int64(i)]
+        s = 1.5 - s
+        s = s / 2
+        s = 0.5 * s + x[i] - 2 / x[i]
+        s -= x[i] * 0.25
+        s *= 1.01
+    return s
+
+
+def loop_unary(x):
+    s = 0.0
+    for i in range(len(x)):
+        a = x[i]
+        s = s + np.sin(a) * np.cos(a) + np.exp(a) / 10 - np.tanh(a) + np.square(a)
+        s = s + np.log(a * a + 1.0) + np.sqrt(a * a + 2.0) + np.arctan(a) - np.sinh(a) / 5
+        s = s + np.cosh(a) / 7 + np.log1p(a * a) + np.expm1(a) / 3 + np.tan(a / 4) - (-a)
+        s = s - np.negative(a * a)
+        s = s + np.sin(a - x[0] * 0.5) * np.cos(-a) + np.exp(2.0 - a) * np.exp(-(a * a))
+    return s
+
+
+def loop_power_block(x):  # benchmarks' large_single_block: one node used 400 times
+    y, a = x[0], x[1]
+    for _ in range(40):
+        y = y * a
+    return y + x[2]
+
+
+def _sum_sin(x):
+    s = 0.0
+    for i in range(len(x)):
+        s += np.sin(x[i])
+    return s
+
+
+def _sum(x):
+    s = 0.0
+    for i in range(len(x)):
+        s += x[i]
+    return s
+
+
+CASES = [loop_arith, loop_unary, loop_power_block, _sum_sin, _sum]
+
+
+def _point(n, seed):
+    rng = np.random.default_rng(seed)
+    return 0.5 + rng.random(n), rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__)
+def test_hvp_bitwise_equal_to_general_path(f):
+    x, v = _point(6, 1)
+    hv = mp.hvp(f)(x, v)
+    hv0 = _general(mp.hvp(f), x, v)
+    np.testing.assert_array_equal(hv, hv0)
+    y, g, hv1 = mp.value_and_hvp(mp.prepare_hvp_cache(f, x, replay=False), f, v, x)
+    y0, g0, _ = _general(mp.value_and_hvp, mp.prepare_hvp_cache(f, x, replay=False), f, v, x)
+    assert y == y0
+    np.testing.assert_array_equal(g, g0)
+    np.testing.assert_array_equal(hv1, hv0)
+
+
+@pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__)
+def test_hvp_matches_finite_differences_of_gradient(f):
+    x, v = _point(5, 2)
+    h = 1e-6
+    fd = (mp.grad(f)(x + h * v) - mp.grad(f)(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(mp.hvp(f)(x, v), fd, rtol=1e-5, atol=1e-6)
+
+
+def test_special_values_bitwise():
+    # zero tangents take the programs' select(...) branches; a zero and an infinite primal,
+    # and a division by a Python 0, give the general path's infinities and NaNs
+    def f(x):
+        s = x[0] / x[1] + np.log(x[1]) + np.sqrt(x[2]) + x[3] / 0 + np.arctan(x[0])
+        return s * x[0]
+    x = np.array([0.0, 2.0, 0.0, 1.0])
+    for v in (np.zeros(4), np.array([1.0, 0.0, 0.0, 1.0]), np.ones(4)):
+        with np.errstate(all="ignore"):
+            hv = mp.hvp(f)(x, v)
+            hv0 = _general(mp.hvp(f), x, v)
+        np.testing.assert_array_equal(hv, hv0)
+
+
+def test_nodes_recorded_by_the_short_path():
+    d = mp.dual(np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 0.0]))
+    with Tape() as tape:
+        x = tape.track(d)
+        a = x[0]
+        b = a * x[1]
+        c = np.sin(b)
+    assert type(tape._pullbacks[a._node]) is ItemRead
+    assert type(tape._pullbacks[b._node]) is DualPullback
+    assert type(tape._pullbacks[c._node]) is DualPullback
+    assert type(c) is TrackedArray and type(c._value) is mp.DualArray
+    g, = tape.gradient(c, [x])
+    assert np.allclose(mp.primal(g), [2 * np.cos(2.0), np.cos(2.0), 0.0])
+
+
+def test_hessian_with_lanes_and_jvp_of_grad_agree():
+    x, v = _point(4, 3)
+    H = mp.hessian(loop_unary)(x)
+    np.testing.assert_allclose(H @ v, mp.hvp(loop_unary)(x, v), rtol=1e-12, atol=1e-12)
+    _, jv = mp.jvp(mp.grad(loop_arith), (x,), (v,))
+    np.testing.assert_array_equal(jv, mp.hvp(loop_arith)(x, v))
+
+
+def test_escaped_dual_scalar_raises_and_next_call_works():
+    kept = []
+
+    def f(x):
+        kept.append(x[0])
+        return x[0] * x[1]
+    x, v = np.array([1.0, 2.0]), np.array([1.0, 1.0])
+    mp.hvp(f)(x, v)
+    with pytest.raises(mp.EscapedValueError):
+        kept[0] * 2.0
+    with pytest.raises(mp.EscapedValueError):
+        np.sin(kept[0])
+    np.testing.assert_array_equal(mp.hvp(f)(x, v), [1.0, 1.0])
+
+
+def test_reverse_over_reverse_still_refused():
+    x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
+    with pytest.raises(mp.ReverseOverReverseError):
+        mp.grad(lambda y: mp.hvp(lambda z: z[0] * z[1])(y, v)[0])(x)
+
+
+def test_a_rule_registered_later_turns_the_dual_short_path_off():
+    import mooncake_py.rules.registry as reg
+    from mooncake_py.tape import fastpath
+    calls = []
+    saved = reg.RRULES[np.tanh]
+
+    def rule(args, kwargs, needs):
+        calls.append(1)
+        return saved(args, kwargs, needs)
+    reg.RRULES[np.tanh] = rule
+    try:
+        x, v = np.array([0.3, 0.4]), np.array([1.0, 2.0])
+        mp.hvp(lambda z: np.tanh(z[0]) * z[1])(x, v)
+        assert calls
+    finally:
+        reg.RRULES[np.tanh] = saved
+    assert fastpath._BUILTIN[np.tanh] is saved
+
+
+def test_tape_that_starts_writing_keeps_dual_nodes_correct():
+    def f(x):
+        s = x[0] * x[1]
+        y = np.zeros_like(x)
+        y[0] = s
+        y[1] = np.sin(x[1])
+        return np.sum(y * y)
+    x, v = np.array([0.7, 1.3]), np.array([0.2, -1.0])
+    np.testing.assert_array_equal(mp.hvp(f)(x, v), _general(mp.hvp(f), x, v))
+
+
+def test_float32_and_mixed_tags_take_the_general_path():
+    x32 = np.array([1.0, 2.0], dtype=np.float32)
+    hv = mp.hvp(lambda z: z[0] * z[1] * np.sin(z[0]))(x32, np.ones(2, np.float32))
+    assert hv.dtype == np.float32
+    # a jvp nested in an hvp: two tags meet in one product
+    x, v = np.array([0.5, 1.5]), np.array([1.0, -1.0])
+
+    def inner(z):
+        _, t = mp.jvp(lambda w: w[0] * w[1], (z,), (np.array([1.0, 0.0]),))
+        return t * z[0]
+    np.testing.assert_allclose(mp.hvp(inner)(x, v), _general(mp.hvp(inner), x, v), rtol=0,
+                               atol=0)
