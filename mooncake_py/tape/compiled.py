@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 
+from ..config import current_config
 from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from . import fastpath
@@ -807,6 +808,9 @@ def compile_plan(plan, leaves, dual=False):
     return (CompiledHVPPlan if dual else CompiledPlan)(plan, arrays, tuple(shapes), fns, k)
 
 
+_COMPILED = (CompiledPlan, CompiledHVPPlan)
+
+
 class CompilingReplayer(Replayer):
     """A :class:`~mooncake_py.tape.replay.Replayer` whose plans run on the compiled kernel
     when :func:`compile_plan` accepts them (and as Python replay otherwise). The guards, the
@@ -825,6 +829,22 @@ class CompilingReplayer(Replayer):
     """
 
     def call(self, f, args, nums):
+        plan = self.plan
+        if type(plan) in _COMPILED and len(args) == 1 and nums == (0,) and not plan.constants \
+                and type(args[0]) is (_dual_type() if self.dual else np.ndarray) and \
+                not self.disabled and not current_config().debug_mode:
+            # One array argument (the common call): its one leaf goes straight to the kernel,
+            # without the general path's pytree walk (a third of a small plan's time). What
+            # the general path would check is checked by run(); on any failure the general
+            # path runs and decides (retrying the guards, recording, counting the failure).
+            try:
+                y, cts = plan.run([args[0]])
+            except Exception:  # noqa: BLE001
+                pass
+            else:
+                self.failures = 0
+                self.replays += 1
+                return y, tuple(plan.finish(cts))
         y, grads = Replayer.call(self, f, args, nums)
         plan = self.plan
         if type(plan) is Plan and not getattr(plan, "_not_compiled", False):
