@@ -105,6 +105,13 @@ def _hvp_over_gradient(idx, case):
     return _ratio(_best([h]), _best([g]))
 
 
+def _compiled_hvp_over_gradient(idx, case):
+    h, g = idx.get(case, "hvp", COMPILED), idx.get(case, "gradient", COMPILED)
+    if not (h and g and h.get("compiled") and g.get("compiled")):
+        return None
+    return _ratio(_best([h]), _best([g]))
+
+
 def _versus_torch(quantity, suffix):
     def figure(idx, case):
         ours = idx.where(case, quantity, _unprepared(suffix))
@@ -129,6 +136,8 @@ def targets(results):
         ("prepared (or compiled, where it compiled) gradient ≤ 10× primal",
          _prepared_gradient, lambda v: v <= 10),
         ("prepared HVP ≤ 3× prepared gradient", _hvp_over_gradient, lambda v: v <= 3),
+        ("compiled HVP ≤ 3× compiled gradient (rows where both compiled)",
+         _compiled_hvp_over_gradient, lambda v: v <= 3),
     ]
     suffixes = [""] + ([DEFAULT_THREADS] if any(r["column"].endswith(DEFAULT_THREADS)
                                                 for r in results) else [])

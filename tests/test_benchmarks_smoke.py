@@ -134,11 +134,15 @@ def test_summary_counts_targets_from_medians():
           _rec("a", "gradient", "torch", 4.0, framework="torch"),
           _rec("b", "gradient", "torch", 2.0, framework="torch"),
           _rec("a", "hvp", "mooncake_py (prepared)", 60.0),
-          _rec("b", "hvp", "mooncake_py (prepared)", 30.0, agrees=False)]
+          _rec("b", "hvp", "mooncake_py (prepared)", 30.0, agrees=False),
+          _rec("a", "hvp", "mooncake_py (compiled)", 16.0, compiled=True),
+          _rec("b", "hvp", "mooncake_py (compiled)", 1.0, compiled=False)]
     got = {name: (n, ok, misses) for name, n, ok, misses in summary.targets(rs)}
     assert got["prepared (or compiled, where it compiled) gradient ≤ 10× primal"] == \
         (2, 1, ["b (12×)"])
     assert got["prepared HVP ≤ 3× prepared gradient"] == (2, 1, ["b (wrong result)"])
+    assert got["compiled HVP ≤ 3× compiled gradient (rows where both compiled)"] == \
+        (1, 0, ["a (3.2×)"])
     assert got["unprepared mooncake_py ≤ torch eager, gradient"] == (2, 1, ["b (1.5×)"])
     assert got["unprepared mooncake_py ≤ torch eager, hvp"] == (0, 0, [])  # no torch HVP rows
     assert got["compiled gradient faster than the NumPy primal (rows whose plan compiled)"] == \
