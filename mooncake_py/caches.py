@@ -50,9 +50,24 @@ class CacheSpec:
             self.leaves.append([_leaf_spec(x) for x in leaves])
         self.float_args = tuple(i for i, a in enumerate(args)
                                 if any(map(is_float_leaf, flatten(a)[0])))
+        # the common call (plain arrays and floats, no containers) is checked by type, shape and
+        # dtype alone; anything else (or a mismatch, for its message) takes the full check
+        self._quick = tuple((a.shape, a.dtype) if type(a) is np.ndarray else float
+                            for a in args) \
+            if all(type(a) is np.ndarray or type(a) is float for a in args) else None
 
     def check(self, f, args):
         """Raise PreparedCacheSpecError if ``f`` or ``args`` differ from the preparation."""
+        quick = getattr(self, "_quick", None)  # (None in caches pickled before it existed)
+        if quick is not None and f is self.f and len(args) == len(quick):
+            for a, q in zip(args, quick):
+                if q is float:
+                    if type(a) is not float:
+                        break
+                elif type(a) is not np.ndarray or a.shape != q[0] or a.dtype != q[1]:
+                    break
+            else:
+                return
         where = f"the {self.kind} cache prepared for {_fname(self.f)}"
         if f is not self.f:
             raise PreparedCacheSpecError(

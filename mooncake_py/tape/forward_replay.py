@@ -22,7 +22,7 @@ import numpy as np
 from ..config import current_config
 from ..rules.registry import FRULES
 from . import replay as rp
-from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _UNARY,
+from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM, _UNARY,
                      PlanTape, Replayer, _Failed, _copy, _same, _split_leaves)
 
 
@@ -54,7 +54,7 @@ def _forward_steps(tape):
         elif kind == _ITEM:
             fn, node = st[1], st[2]
             tmpl, kw, shape, dt = ((_SLOT, st[3]), (_CONST, st[4])), {}, (), f64
-        elif kind == _UNARY:
+        elif kind == _UNARY or kind == _SUM:  # (a _SUM step holds its input's shape)
             fn, node = st[1], st[2]
             tmpl, kw, shape, dt = ((_SLOT, st[3]),), {}, (), f64
         elif kind == _BIN:

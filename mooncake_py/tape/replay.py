@@ -56,8 +56,13 @@ from .tracked import TrackedArray
 MAX_FAILURES = 3
 
 _SLOT, _CONST, _SEQ_T = 0, 1, 2
-_OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN = 0, 1, 2, 3, 4, 5
+_OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN, _SUM = 0, 1, 2, 3, 4, 5, 6
 _F64 = np.float64
+_F64_DT = np.dtype(np.float64)
+_add_reduce = np.add.reduce
+# Plans shorter than this run without pausing the garbage collector: the pause itself costs
+# more than the collections a short run could trigger.
+_GC_PAUSE_STEPS = 64
 _BINARY = {np.add: (operator.add, fastpath._pb_add), np.subtract: (operator.sub, fastpath._pb_sub),
            np.multiply: (operator.mul, fastpath._pb_mul),
            np.true_divide: (operator.truediv, fastpath._pb_div)}
@@ -154,8 +159,16 @@ class PlanTape(Tape):
 
 def _scalar_step(fn, tmpl, node, args, y):
     """The scalar-loop ops as the short paths of fastpath.py record them (an ItemRead, the
-    table's derivative written out), when their rule is the built-in one; else None."""
+    table's derivative written out), when their rule is the built-in one; else None. Also
+    ``np.sum(x)`` of a float64 array, as its short path does (np.add.reduce, the sum rule's
+    pullback)."""
     if RRULES.get(fn) is not fastpath._BUILTIN.get(fn, False):
+        return None
+    if fn is np.sum:
+        if len(tmpl) == 1 and tmpl[0][0] == _SLOT:
+            v = args[0]._value
+            if type(v) is np.ndarray and v.dtype == _F64_DT and v.ndim:
+                return (_SUM, fn, node, tmpl[0][1], v.shape)
         return None
     if fn is operator.getitem:
         (ka, pa), (kb, key) = tmpl
@@ -276,6 +289,7 @@ class Plan:
         self.inputs = inputs
         self.ynode = ynode
         self.constants = constants  # (position among the flattened leaves, recorded copy)
+        self.short = len(self.steps) < _GC_PAUSE_STEPS
 
     def run(self, leaves):
         """``(value, cotangents of the inputs)`` for the tracked ``leaves``; raises _Failed."""
@@ -330,14 +344,29 @@ class Plan:
                     raise _Failed()
                 values[node] = y
                 pbs[node] = factory(d1, v, y)
+            elif kind == _SUM:
+                _, fn, node, p, shape = step
+                v = values[p]
+                if type(v) is not np.ndarray or v.dtype != _F64_DT or v.shape != shape or \
+                        RRULES.get(fn) is not fastpath._BUILTIN[fn]:
+                    raise _Failed()
+                y = _add_reduce(v, axis=None)
+                if type(y) is not _F64:
+                    raise _Failed()
+                values[node] = y
+                pbs[node] = fastpath._sum_pullback(shape)
             elif kind == _OP:
                 _, fn, rule, tmpl, kw, needs, node, shape, dt = step
                 if RRULES.get(fn) is not rule:  # a rule registered since the recording
                     raise _Failed()
                 out, pb = rule(_fill(tmpl, values), kw, needs)
-                if type(out) is float:
-                    out = np.float64(out)
-                if pb is None or getattr(out, "dtype", None) != dt or \
+                t = type(out)
+                if t is float:
+                    out, t = np.float64(out), _F64
+                if t is np.ndarray or t is _F64:  # (the common outputs: no generic look-ups)
+                    if pb is None or out.dtype != dt or out.shape != shape:
+                        raise _Failed()
+                elif pb is None or getattr(out, "dtype", None) != dt or \
                         tuple(shape_of(out)) != shape:
                     raise _Failed()
                 values[node] = out
@@ -449,8 +478,11 @@ class Replayer:
             if leaves is not None and len(consts) == len(plan.constants) and all(
                     _same(c, s) for c, s in zip(consts, plan.constants)):
                 try:
-                    with _gc_paused():
+                    if getattr(plan, "short", False):
                         y, cts = plan.run(leaves)
+                    else:
+                        with _gc_paused():
+                            y, cts = plan.run(leaves)
                     grads = tuple(plan.finish(cts))
                 except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
                     pass
@@ -509,6 +541,19 @@ def _split_leaves(args, nums, dual=False):
     first when a leaf is not of a kind the plan replays. With ``dual`` the tracked leaves
     must be duals of float64 NumPy values and tangents (no nesting: a dual of duals, i.e.
     a transformation of the cache's call, is recorded every time)."""
+    if not dual:  # plain array arguments (the common call): each is its own one leaf
+        leaves, consts = [], []
+        for i, a in enumerate(args):
+            if type(a) is not np.ndarray:
+                break
+            if i in nums and a.dtype.kind in "fc":
+                if a.dtype != _F64_DT:
+                    return None, consts
+                leaves.append(a)
+            else:
+                consts.append(a)
+        else:
+            return leaves, consts
     is_float_leaf = _api("is_float_leaf")
     leaves, consts = [], []
     for i, a in enumerate(args):
@@ -541,8 +586,22 @@ def _make_plan(tape, tr, y, args, nums, before, dual=False):
             not _plannable(tape, tr, args, nums, before, dual):
         return None
     plan = Plan(tape, [e._node for e in tr.entry], y._node, before)
-    plan.finish = tr.structure
+    plan.finish = _finisher(tr, args, nums, dual)
     return plan
+
+
+def _finisher(tr, args, nums, dual=False):
+    """How a plan's cotangents become the gradients: ``tr.structure``, or for arguments that
+    are all plain arrays (one leaf each, no container to rebuild) the same conversion
+    (``api._as_gradient``) applied leaf by leaf."""
+    if dual or not all(type(args[i]) is np.ndarray for i in nums):
+        return tr.structure
+    as_gradient = _api("_as_gradient")
+    protos = [np.empty(0, args[i].dtype) for i in nums]  # (dtype and type are what it reads)
+
+    def finish(cts):
+        return [as_gradient(c, p) for c, p in zip(cts, protos)]
+    return finish
 
 
 def _plannable(tape, tr, args, nums, before, dual):
@@ -659,8 +718,11 @@ class PullbackReplayer(Replayer):
             if leaves is not None and stree == plan.ytree and len(seeds) == len(plan.outs) \
                     and self.consts_hold(consts):
                 try:
-                    with _gc_paused():
+                    if plan.short:
                         outs, cts = plan.run_pullback(leaves, seeds)
+                    else:
+                        with _gc_paused():
+                            outs, cts = plan.run_pullback(leaves, seeds)
                     cots = tuple(plan.finish(cts))
                 except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
                     pass
@@ -676,6 +738,6 @@ class PullbackReplayer(Replayer):
         tmpl = output_template(outs, tape)
         if tmpl is not None and _plannable(tape, tr, args, nums, before, False):
             plan = Plan(tape, [e._node for e in tr.entry], None, before)
-            plan.finish, plan.outs, plan.ytree = tr.structure, tmpl, ytree
+            plan.finish, plan.outs, plan.ytree = _finisher(tr, args, nums), tmpl, ytree
             self.plan = plan
         return y, cots
