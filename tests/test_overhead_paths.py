@@ -268,3 +268,57 @@ def test_sum_short_path_leaves_other_sums_alone():
     np.testing.assert_array_equal(mp.grad(lambda x: x.sum())(x), np.ones((2, 3)))
     h = mp.hvp(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]), np.array([1.0, 1.0]))
     np.testing.assert_array_equal(h, [6.0, 12.0])
+
+
+def loop_inplace(x):
+    s = 0.0
+    for i in range(len(x)):
+        s += x[i]
+        s -= 0.5 * x[i] * x[i]
+        s *= 1.25
+        s /= x[-1]
+        t = x[i]
+        t += s  # a fresh scalar: rebinding must not touch s
+        s = s + t / 3
+    return s
+
+
+def test_inplace_operators_on_scalars_bitwise_and_no_extra_nodes():
+    x = np.random.default_rng(4).standard_normal(6) + 2.0
+    v, g = mp.value_and_grad(loop_inplace)(x)
+    v0, g0 = _general(mp.value_and_grad(loop_inplace), x)
+    assert v == v0
+    np.testing.assert_array_equal(g, g0)
+    with Tape() as tape:
+        loop_inplace(tape.track(x))
+    with mp.Config(debug_mode=True):
+        with Tape() as tape0:
+            loop_inplace(tape0.track(x))
+    assert len(tape) == len(tape0)
+    assert tape._fns == tape0._fns
+
+
+def test_inplace_on_a_tracked_array_still_writes():
+    def f(x):
+        y = x * 1.0
+        y += x[0]
+        return np.sum(y * y)
+    x = np.array([1.0, 2.0])
+    np.testing.assert_array_equal(mp.grad(f)(x), _general(mp.grad(f), x))
+
+
+def test_scalar_output_seed_is_a_float64_scalar_with_the_same_value():
+    # the seed of a float64 scalar output: np.float64(1.0) (a 0-d array before; same value)
+    with Tape() as tape:
+        x = tape.track(np.float64(2.0))
+        y = x + 1.0
+    g, = tape.gradient(y, [x])
+    assert type(g) is np.float64 and g == 1.0
+    with Tape() as tape:
+        x = tape.track(np.array([1.0, 2.0]))
+        y = np.sum(x)
+    g, = tape.gradient(y, [x])
+    np.testing.assert_array_equal(g, [1.0, 1.0])
+    # an explicit seed is used as given
+    g, = tape.gradient(y, [x], seed=np.array(3.0))
+    np.testing.assert_array_equal(g, [3.0, 3.0])

@@ -37,21 +37,28 @@ _BUILTIN = {}
 
 
 _general_getitem = TrackedArray.__getitem__
+_GETITEM_RULE = [None]  # _BUILTIN[operator.getitem], without the dict lookup per read
+# TrackedArray(y, tape, node) without the Python-level __init__ call (~60 ns of ~700 per op):
+# the hot paths below set the three slots __init__ sets.
+_new = object.__new__
 
 
 def _fast_getitem(self, key):
-    if type(key) in _INT_KEYS:
+    tk = type(key)
+    if tk is int or tk in _INT_KEYS:
         tape = self._tape
         v = self._value
         if type(tape) is Tape and type(v) is _NDARRAY and not tape._debug and \
-                RRULES.get(_getitem) is _BUILTIN[_getitem]:
+                RRULES.get(_getitem) is _GETITEM_RULE[0]:
             y = v[key]
             if type(y) is _F64 and _SWEEPING.get() <= tape._level:
                 node = len(tape._parents)
                 tape._pullbacks.append(ItemRead(v.shape, key))
                 tape._parents.append((self._node, None))
                 tape._fns.append(_getitem)
-                return TrackedArray(y, tape, node)
+                r = _new(TrackedArray)
+                r._value, r._tape, r._node = y, tape, node
+                return r
         elif type(v) is DualArray:
             r = dual_scalars.getitem(self, key, _BUILTIN[_getitem])
             if r is not None:
@@ -116,7 +123,9 @@ def {name}(self, other):
                     tape._pullbacks.append({pb0})
                     tape._parents.append({parents})
                     tape._fns.append(ufunc)
-                    return TrackedArray(y, tape, node)
+                    r = _new(TrackedArray)
+                    r._value, r._tape, r._node = y, tape, node
+                    return r
         elif (t is _F64 or t is float or t is int) and _SWEEPING.get() <= tape._level and \
                 RRULES.get(ufunc) is builtin:
             {ab_const}
@@ -126,7 +135,9 @@ def {name}(self, other):
                 tape._pullbacks.append({pb_const})
                 tape._parents.append({parents_const})
                 tape._fns.append(ufunc)
-                return TrackedArray(y, tape, node)
+                r = _new(TrackedArray)
+                r._value, r._tape, r._node = y, tape, node
+                return r
     if type(v) is DualArray:
         r = dual_binary(self, other, ufunc, {reflected})
         if r is not None:
@@ -146,7 +157,7 @@ def _binary(ufunc, opname, reflected):
         pb_const=pb2 if reflected else pb1,
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
     ns = dict(_SHARED, Tape=Tape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
-              RRULES=RRULES, ufunc=ufunc, DualArray=DualArray, dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
+              RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray, dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
     exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)
     return ns[name]
@@ -202,7 +213,9 @@ def _fast_unary(self, ufunc):
     tape._pullbacks.append(pullback(d1, v, y))
     tape._parents.append((self._node,))
     tape._fns.append(ufunc)
-    return TrackedArray(y, tape, node)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = y, tape, node
+    return r
 
 
 _general_ufunc = TrackedArray.__array_ufunc__
@@ -257,7 +270,7 @@ def _array_function(self, func, types, args, kwargs):
 def install():
     """Put the short paths on TrackedArray (idempotent; done when mooncake_py.tape loads)."""
     from ..rules.derivative_table import TABLE
-    _BUILTIN[_getitem] = RRULES.get(_getitem)
+    _BUILTIN[_getitem] = _GETITEM_RULE[0] = RRULES.get(_getitem)
     for uf in (np.add, np.subtract, np.multiply, np.true_divide):
         _BUILTIN[uf] = RRULES.get(uf)
     for name in _UNARY_NAMES:

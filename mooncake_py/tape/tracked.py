@@ -40,6 +40,8 @@ class TrackedArray(ArrayOps):
     __slots__ = ("_value", "_tape", "_node", "_view")
 
     def __init__(self, value, tape, node):
+        # (fastpath.py makes TrackedArrays without this call, setting these three slots: keep
+        # the two in step)
         self._value = value
         self._tape = tape
         self._node = node
