@@ -88,6 +88,19 @@ def _args(tmpl, P, T):
     return primals, tangents
 
 
+_LAYER = []
+
+
+def _dual_layer():
+    """What a forward plan calls in the dual layer (imported on first use: forward_api imports
+    this module)."""
+    if not _LAYER:
+        from ..dual.dual_array import DualArray, _paired, _run_rule, _wrap
+        from ..forward_api import _result
+        _LAYER.extend((DualArray, _paired, _run_rule, _wrap, _result))
+    return _LAYER
+
+
 class ForwardPlan:
     """A recording of ``f`` made into frule calls, with the recording's guards."""
 
@@ -100,8 +113,7 @@ class ForwardPlan:
     def run(self, duals, tag):
         """``(output primals, output tangents)`` (leaf lists, as ``jvp`` returns them) for the
         seeded input ``duals`` of ``tag``; raises _Failed."""
-        from ..dual.dual_array import DualArray, _paired, _run_rule, _wrap
-        from ..forward_api import _result
+        DualArray, _paired, _run_rule, _wrap, _result = _dual_layer()
         P, T = [None] * self.n, [None] * self.n
         for node, d in zip(self.inputs, duals):
             P[node], T[node] = d._value, d._tangent
@@ -181,6 +193,16 @@ def _record_plan(f, args, nums, lanes):
                        before, nums, lanes)
 
 
+_FAPI = []
+
+
+def _forward_api():
+    if not _FAPI:
+        from ..forward_api import _jvp_seeded, _seed
+        _FAPI.extend((_seed, _jvp_seeded))
+    return _FAPI
+
+
 class DerivativeReplayer(Replayer):
     """The replay state of one derivative cache (see the module docstring).
 
@@ -202,7 +224,7 @@ class DerivativeReplayer(Replayer):
         """``mp.jvp(f, primals, tangents, lanes=bool(lanes))``, from the plan when its guards
         hold. A failed guard records ``f`` again (on copies of the arguments) and runs the new
         plan, so ``f`` runs once per call either way, except when it cannot be planned."""
-        from ..forward_api import _jvp_seeded, _seed
+        _seed, _jvp_seeded = _forward_api()
         tag, args = _seed(f, primals, tangents, bool(lanes))
         if self.disabled or current_config().debug_mode:
             return _jvp_seeded(f, tag, args)

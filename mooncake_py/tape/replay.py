@@ -554,6 +554,23 @@ def _split_leaves(args, nums, dual=False):
                 consts.append(a)
         else:
             return leaves, consts
+    else:  # duals of plain arrays (the common HVP / derivative call), the same way
+        D = _dual_type()
+        leaves, consts = [], []
+        for i, a in enumerate(args):
+            t = type(a)
+            if i in nums and t is D:
+                v, g = a._value, a._tangent
+                if type(v) not in (np.ndarray, _F64) or type(g) not in (np.ndarray, _F64) or \
+                        v.dtype != _F64_DT or g.dtype != _F64_DT:
+                    return None, consts
+                leaves.append(a)
+            elif t is np.ndarray and not (i in nums and a.dtype.kind in "fc"):
+                consts.append(a)
+            else:
+                break
+        else:
+            return leaves, consts
     is_float_leaf = _api("is_float_leaf")
     leaves, consts = [], []
     for i, a in enumerate(args):
@@ -577,8 +594,11 @@ def _split_leaves(args, nums, dual=False):
 
 
 def _dual_type():
-    from ..dual.dual_array import DualArray
-    return DualArray
+    D = _API.get("DualArray")
+    if D is None:
+        from ..dual.dual_array import DualArray as D
+        _API["DualArray"] = D
+    return D
 
 
 def _make_plan(tape, tr, y, args, nums, before, dual=False):
