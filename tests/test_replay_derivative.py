@@ -201,3 +201,14 @@ def test_float32_and_unsupported_recordings_use_jvp():
     for k in range(4):
         _check(cg, g, (np.ones(3),), np.arange(3.0) + k)
     assert cg._replay.replays == 0 and cg._replay.disabled
+
+
+def test_errors_raised_by_f_keep_the_plan():
+    f = lambda A: np.linalg.solve(A, np.ones(2))  # noqa: E731
+    A = np.eye(2) * 2
+    cache = mp.prepare_derivative_cache(f, A)
+    for _ in range(4):  # singular: f raises (as jvp does); the cache is not given up
+        with pytest.raises(np.linalg.LinAlgError):
+            mp.value_and_derivative(cache, f, np.ones((2, 2)), np.zeros((2, 2)))
+    _check(cache, f, (np.ones((2, 2)),), A + 1)
+    assert cache._replay.replays >= 1 and not cache._replay.disabled

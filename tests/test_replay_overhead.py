@@ -32,6 +32,7 @@ BAD = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # (np.matrix)
 @pytest.mark.parametrize("what, args", BAD, ids=[b[0] for b in BAD])
 def test_quick_check_raises_what_the_full_check_raises(what, args):
     x0 = (np.ones(3), 2.0, np.array([1]))

@@ -64,7 +64,8 @@ FUNCTIONS = [
 ]
 
 
-@pytest.mark.parametrize("f, make_args, make_seed", FUNCTIONS, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("f, make_args, make_seed", FUNCTIONS,
+                         ids=lambda v: getattr(v, "__name__", ""))
 def test_replay_equals_fresh_vjp(f, make_args, make_seed):
     r = np.random.default_rng(1)
     cache = mp.prepare_pullback_cache(f, *make_args(r))

@@ -166,9 +166,13 @@ def _detached(args, nums):
     return out
 
 
+_RAISED = "raised"
+
+
 def _record_plan(f, args, nums, lanes):
     """A :class:`ForwardPlan` of ``f`` recorded on a PlanTape at (copies of) the primals of
-    the seeded ``args``, or None when the recording cannot be one."""
+    the seeded ``args``; None when the recording cannot be one, ``_RAISED`` when ``f``
+    raised while recording."""
     from ..api import _Tracked
     from ..pytree import flatten
     pargs = _detached(args, nums)
@@ -182,7 +186,7 @@ def _record_plan(f, args, nums, lanes):
             finally:
                 tape.close()
     except Exception:  # noqa: BLE001  (jvp will say what is wrong, with its own error)
-        return None
+        return _RAISED
     tmpl = rp.output_template(outs, tape)
     if tmpl is None or not rp._plannable(tape, tr, pargs, nums, before, False):
         return None
@@ -235,6 +239,7 @@ class DerivativeReplayer(Replayer):
         plan = self.plan
         # (arguments given tangents other than the plan's, as after the preparation's zero
         # tangents for every float argument, are a new recording, not a failed guard)
+        missed = False
         if plan is not None and plan.nums == nums and plan.lanes == tag.lanes:
             if self.consts_hold(consts):
                 got = self._run(plan, leaves, tag)
@@ -242,9 +247,17 @@ class DerivativeReplayer(Replayer):
                     self.failures = 0
                     self.replays += 1
                     return got
-            if self.failed(f):
-                return _jvp_seeded(f, tag, args)
-        self.plan = plan = _record_plan(f, args, nums, tag.lanes)
+            missed = True  # (counted once f has run without raising, as in Replayer.call)
+            if self.failures + 1 >= rp.MAX_FAILURES:
+                out = _jvp_seeded(f, tag, args)
+                self.failed(f)
+                return out
+        plan = _record_plan(f, args, nums, tag.lanes)
+        if plan is _RAISED:  # (bad input, say: jvp raises the error; the plan is kept)
+            return _jvp_seeded(f, tag, args)
+        if missed:
+            self.failed(f)
+        self.plan = plan
         if plan is None:
             # nothing to replay: after a few such recordings stop paying for them
             self.unplanned += 1

@@ -490,10 +490,19 @@ class Replayer:
                     self.failures = 0
                     self.replays += 1
                     return y, grads
-            if self.failed(f):
-                return record_call(f, args, nums, Tape)[:2]
+            # A miss counts once the recording has succeeded: when f itself raises (bad
+            # input), that is the caller's error, not a sign that the plan keeps failing.
+            missed = True
+            if self.failures + 1 >= MAX_FAILURES:
+                out = record_call(f, args, nums, Tape)[:2]
+                self.failed(f)
+                return out
+        else:
+            missed = False
         before = [_copy(c) for c in _split_leaves(args, nums, self.dual)[1]]
         y, grads, tr, tape, yt = record_call(f, args, nums, PlanTape)
+        if missed:
+            self.failed(f)
         self.plan = _make_plan(tape, tr, yt, args, nums, before, self.dual)
         return y, grads
 
@@ -750,10 +759,17 @@ class PullbackReplayer(Replayer):
                     self.failures = 0
                     self.replays += 1
                     return plan.ytree.unflatten(outs), cots
-            if self.failed(f):
-                return record_pullback(f, args, nums, ybar, Tape)[:2]
+            missed = True  # (counted once the recording succeeds, as in Replayer.call)
+            if self.failures + 1 >= MAX_FAILURES:
+                out = record_pullback(f, args, nums, ybar, Tape)[:2]
+                self.failed(f)
+                return out
+        else:
+            missed = False
         before = [_copy(c) for c in _split_leaves(args, nums)[1]]
         y, cots, tr, tape, outs, ytree = record_pullback(f, args, nums, ybar, PlanTape)
+        if missed:
+            self.failed(f)
         self.plan = None
         tmpl = output_template(outs, tape)
         if tmpl is not None and _plannable(tape, tr, args, nums, before, False):
