@@ -174,9 +174,20 @@ def test_failing_op_during_replay_records_again():
     A = np.eye(2) * 2
     cache = mp.prepare_pullback_cache(f, A)
     _check(cache, f, np.ones(2), A)
-    with pytest.raises(np.linalg.LinAlgError):  # singular: the replay fails, so does the recording
-        mp.value_and_pullback(cache, f, np.ones(2), np.zeros((2, 2)))
+    for _ in range(4):  # singular: the replay fails, so does the recording: not counted
+        with pytest.raises(np.linalg.LinAlgError):
+            mp.value_and_pullback(cache, f, np.ones(2), np.zeros((2, 2)))
     _check(cache, f, np.ones(2), A + 1)
+    assert cache._replay.replays == 1 and not cache._replay.disabled
+    g = lambda A: np.sum(np.linalg.solve(A, np.ones(2)))  # noqa: E731  (the gradient replay)
+    gc = mp.prepare_gradient_cache(g, A)
+    mp.value_and_gradient(gc, g, A)
+    for _ in range(4):
+        with pytest.raises(np.linalg.LinAlgError):
+            mp.value_and_gradient(gc, g, np.zeros((2, 2)))
+    y, (gA,) = mp.value_and_gradient(gc, g, A + 1)
+    np.testing.assert_allclose(gA, mp.grad(g)(A + 1), rtol=1e-14)
+    assert gc._replay.replays == 1 and not gc._replay.disabled
 
 
 def test_writes_are_recorded_every_call():
