@@ -884,9 +884,21 @@ def _triangle(a, lower, unit_diagonal):
     return t * (1 - eye) + eye if unit_diagonal else t
 
 
+_TRIANGLE_MASKS = {}  # host masks by (n, lower, unit_diagonal, dtype), as _PHI_MASKS
+
+
 def _triangle_mask(n, lower, unit_diagonal, dtype, like):
-    m = am.tri(n, None, -1 if unit_diagonal else 0, dtype=dtype, like=like)
-    return m if lower else m.T
+    if am.is_device(like):
+        m = am.tri(n, None, -1 if unit_diagonal else 0, dtype=dtype, like=like)
+        return m if lower else m.T
+    key = (n, bool(lower), bool(unit_diagonal), np.dtype(dtype))
+    m = _TRIANGLE_MASKS.get(key)
+    if m is None:
+        m = np.tri(n, None, -1 if unit_diagonal else 0, dtype=dtype)
+        m = m if lower else np.ascontiguousarray(m.T)
+        m.flags.writeable = False
+        _TRIANGLE_MASKS[key] = m
+    return m
 
 
 @primitive
@@ -926,7 +938,9 @@ def _solve_triangular(needs, a, b, trans=0, lower=False, unit_diagonal=False, ov
     x = solve_triangular(a, b, trans=t, lower=lower, unit_diagonal=unit_diagonal,
                          check_finite=check_finite)
     cplx = _cplx(a) or _cplx(x)
-    opts = dict(lower=lower, unit_diagonal=unit_diagonal)
+    # the forward call checked a where asked; a non-finite cotangent gives a non-finite
+    # gradient, as every other pullback does (the scan costs as much as a small solve)
+    opts = dict(lower=lower, unit_diagonal=unit_diagonal, check_finite=False)
 
     def a_cotangent(bbar, xm):
         # x = op(T)⁻¹ b: T̄ = -b̄ xᵀ (or -x b̄ᵀ for op = transpose), on the triangle read.
@@ -966,7 +980,9 @@ def _solve_triangular_f(primals, tangents, **kw):
             dt = align(da * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(da),
                                            da), nd)
             return np.matmul((None, _mT, _mH)[t](dt) if t else dt, xm)
-        return x, _solve_tangent(lambda r: solve_triangular(a, r, **opts), b, x, db,
+        # the primal solve checked a where asked; tangents are not scanned (as in other frules)
+        topts = dict(opts, check_finite=False)
+        return x, _solve_tangent(lambda r: solve_triangular(a, r, **topts), b, x, db,
                                  None if da is None else dax, len(shape_of(b)) == 1)
     return go(*primals, **kw)
 
@@ -1025,7 +1041,8 @@ def _cho_solve(needs, c_and_lower, b, overwrite_b=False, check_finite=True):
 
     def pullback(g):
         gc, gb = _solve_pullback(needs, g, c, b, x,
-                                 lambda gm: cho_solve((c, lower), gm), a_cotangent)
+                                 lambda gm: cho_solve((c, lower), gm, check_finite=False),
+                                 a_cotangent)  # (c checked in the forward call, where asked)
         return _pad(needs, None if gc is None else (gc, None), gb)
     return x, pullback
 
@@ -1050,7 +1067,7 @@ def _cho_solve_f(primals, tangents, **kw):
                         + np.matmul(cm, np.matmul(tr(dcm), xm)))
             return (np.matmul(tr(dcm), np.matmul(cm, xm))
                     + np.matmul(tr(cm), np.matmul(dcm, xm)))
-        return x, _solve_tangent(lambda r: cho_solve((c, lower), r, check_finite=check_finite),
+        return x, _solve_tangent(lambda r: cho_solve((c, lower), r, check_finite=False),
                                  b, x, db, None if dc is None else dax, len(shape_of(b)) == 1)
     return go(*primals, **kw)
 

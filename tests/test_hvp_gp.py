@@ -1,0 +1,89 @@
+"""Second order through the Cholesky / triangular-solve rules as gp_lml uses them: HVPs against
+finite differences of the gradient and against the Hessian, the cached triangle masks, and the
+finiteness checks that stay on the forward call only."""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.rules import linear_algebra as la
+
+rng = np.random.default_rng(5)
+LOG_2PI = np.log(2 * np.pi)
+
+
+def gp_lml(x, y, s):
+    n = len(x)
+    d = x[:, None] - x[None, :]
+    K = np.exp(-0.5 * d ** 2) + s * np.eye(n)
+    L = np.linalg.cholesky(K)
+    a = mp.linalg.solve_triangular(L, y, lower=True)
+    return -0.5 * np.sum(a ** 2) - np.sum(np.log(np.diag(L))) - 0.5 * n * LOG_2PI
+
+
+def inputs(n):
+    x = 0.3 * np.arange(float(n)) + 0.05 * rng.standard_normal(n)
+    return x, rng.standard_normal(n), np.float64(0.7)
+
+
+def fd_hvp(f, args, vs, h=1e-6):
+    g = mp.grad(f, argnums=tuple(range(len(args))))
+    plus = g(*[a + h * v for a, v in zip(args, vs)])
+    minus = g(*[a - h * v for a, v in zip(args, vs)])
+    return [(p - m) / (2 * h) for p, m in zip(plus, minus)]
+
+
+@pytest.mark.parametrize("n", [3, 12, 40])
+def test_gp_lml_hvp_matches_fd(n):
+    args = inputs(n)
+    vs = (rng.standard_normal(n), rng.standard_normal(n), np.float64(0.4))
+    hv = mp.hvp(gp_lml, argnums=(0, 1, 2))(*args, vs)
+    for got, want in zip(hv, fd_hvp(gp_lml, args, vs)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_gp_lml_hvp_matches_hessian():
+    x, y, s = inputs(6)
+    f = lambda z: gp_lml(z[:6], z[6:12], z[12])
+    z = np.concatenate([x, y, [s]])
+    v = rng.standard_normal(13)
+    np.testing.assert_allclose(mp.hvp(f)(z, v), mp.hessian(f)(z) @ v, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("unit", [True, False])
+def test_triangle_mask_cached_and_correct(lower, unit):
+    for n in (3, 5):
+        m = la._triangle_mask(n, lower, unit, np.float64, np.ones(1))
+        want = np.tri(n, k=-1 if unit else 0)
+        np.testing.assert_array_equal(m, want if lower else want.T)
+        assert not m.flags.writeable
+        assert la._triangle_mask(n, lower, unit, np.float64, np.ones(1)) is m
+    m32 = la._triangle_mask(4, lower, unit, np.float32, np.ones(1))
+    assert m32.dtype == np.float32
+
+
+@pytest.mark.parametrize("kw", [{"lower": True}, {"lower": False, "trans": 1},
+                                {"lower": True, "unit_diagonal": True}])
+def test_solve_triangular_hvp_all_variants(kw):
+    n = 5
+    A = rng.standard_normal((n, n)) + 3 * np.eye(n)
+    b = rng.standard_normal((n, 2))
+    f = lambda A, b: np.sum(mp.linalg.solve_triangular(A, b, **kw) ** 3)
+    vs = (rng.standard_normal((n, n)), rng.standard_normal((n, 2)))
+    hv = mp.hvp(f, argnums=(0, 1))(A, b, vs)
+    for got, want in zip(hv, fd_hvp(f, (A, b), vs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_non_finite_input_still_refused_by_the_forward_call():
+    L = np.tril(rng.standard_normal((4, 4))) + 4 * np.eye(4)
+    L[1, 0] = np.nan
+    f = lambda b: np.sum(mp.linalg.solve_triangular(L, b, lower=True) ** 2)
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        mp.hvp(f)(np.ones(4), np.ones(4))
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        mp.grad(f)(np.ones(4))
+    # and the next call works
+    L[1, 0] = 0.5
+    np.testing.assert_allclose(mp.hvp(f)(np.ones(4), np.ones(4)),
+                               fd_hvp(f, (np.ones(4),), (np.ones(4),))[0], rtol=1e-5)
