@@ -38,6 +38,7 @@ _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
 _NDARRAY = np.ndarray
 _MAX_INT = 2 ** 53
+_new = object.__new__
 getitem_fn = operator.getitem
 
 
@@ -83,7 +84,7 @@ def _scalar_dual(d, tag):
 def _tangent_of(op, present, pa, pb, y, ta, tb):
     """The dual frule's tangent of ``op`` at float64 scalars, as ``elementwise._op_frule``'s
     ``native`` computes and casts it; None when its program has no tangent."""
-    prog = op.frule(present)
+    prog = op._frules.get(present) or op.frule(present)
     if not prog.has_tangent:
         return None
     ty, = prog.np_fn(pa, pb, y, None, ta, tb, None)
@@ -100,7 +101,9 @@ def _record(tape, value, pullback, parents, fn):
     tape._pullbacks.append(pullback)
     tape._parents.append(parents)
     tape._fns.append(fn)
-    return TrackedArray(value, tape, node)
+    r = _new(TrackedArray)  # (TrackedArray's three slots, as in fastpath.py)
+    r._value, r._tape, r._node = value, tape, node
+    return r
 
 
 def binary(self, other, ufunc, reflected):
@@ -109,15 +112,18 @@ def binary(self, other, ufunc, reflected):
     op = _OPS.get(ufunc)
     d = self._value
     tape = self._tape
-    if op is None or not _recordable(tape, op):
+    # (the checks of _recordable and _scalar_dual, inline: this runs once per recorded op)
+    if op is None or type(tape) is not Tape or tape._debug or \
+            _SWEEPING.get() > tape._level or RRULES.get(ufunc) is not op.builtin:
         return None
     tag = d._tag
-    if tag._watch or not _scalar_dual(d, tag):
+    if tag._watch or type(d._value) is not _F64 or type(d._tangent) is not _F64:
         return None
     t = type(other)
     if t is TrackedArray:
         e = other._value
-        if other._tape is not tape or not _scalar_dual(e, tag):
+        if other._tape is not tape or type(e) is not DualArray or e._tag is not tag or \
+                type(e._value) is not _F64 or type(e._tangent) is not _F64:
             return None
         a, b = (e, d) if reflected else (d, e)
         pa, ta, pb, tb = a._value, a._tangent, b._value, b._tangent
@@ -149,7 +155,13 @@ def binary(self, other, ufunc, reflected):
     if ty is None:
         return None
     yd = DualArray(y, ty, tag)
-    return _record(tape, yd, DualPullback(op, a, b, yd, present), parents, ufunc)
+    node = len(tape._parents)
+    tape._pullbacks.append(DualPullback(op, a, b, yd, present))
+    tape._parents.append(parents)
+    tape._fns.append(ufunc)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = yd, tape, node
+    return r
 
 
 def unary(self, ufunc):
@@ -220,44 +232,53 @@ class DualPullback:
 
     def __call__(self, g):
         present = self.present
-        if len(present) == 1:
-            return (self._partial(0, g),)
-        return (self._partial(0, g) if present[0] else None,
-                self._partial(1, g) if present[1] else None)
-
-    def _partial(self, k, g):
-        op, y = self.op, self.y
-        tag = y._tag
+        tag = self.y._tag
         tg = type(g)
-        if tg is DualArray:
-            fast = _scalar_dual(g, tag) and not tag._watch
-            gp, gt = (g._value, g._tangent) if fast else (None, None)
-        else:
-            fast = tg is _F64 or (tg is _NDARRAY and g.shape == () and g.dtype == _F64_DT)
+        if tg is DualArray:  # a dual cotangent: of this tag, scalar, tag still real and open
+            if g._tag is not tag or tag._watch or type(g._value) is not _F64 or \
+                    type(g._tangent) is not _F64:
+                return self._all_general(g)
+            gp, gt = g._value, g._tangent
+        elif tg is _F64 or (tg is _NDARRAY and g.shape == () and g.dtype == _F64_DT):
             gp, gt = g, None
-        if not fast:
-            return self._general(k, g)
+        else:
+            return self._all_general(g)
+        if len(present) == 1:
+            return (self._partial(0, g, gp, gt),)
+        return (self._partial(0, g, gp, gt) if present[0] else None,
+                self._partial(1, g, gp, gt) if present[1] else None)
+
+    def _all_general(self, g):
+        present = self.present
+        if len(present) == 1:
+            return (self._general(0, g),)
+        return (self._general(0, g) if present[0] else None,
+                self._general(1, g) if present[1] else None)
+
+    def _partial(self, k, g, gp, gt):
+        """Partial ``k`` for a scalar cotangent ``g`` (primal ``gp``, tangent ``gt`` or None)."""
+        op, y = self.op, self.y
         unit = op.unit[k]
         if unit == "1":
             return g
         if unit == "-1":
             if gt is None:
                 return -g
-            neg = _NEGATIVE[0]
             y0 = np.negative(gp)
-            t0 = _tangent_of(neg, (True,), gp, None, y0, gt, None)
-            return DualArray(y0, t0, tag)
-        a, b = self.a, self.b
+            return DualArray(y0, _tangent_of(_NEGATIVE[0], (True,), gp, None, y0, gt, None),
+                             y._tag)
+        a = self.a
         ad = type(a) is DualArray
         pa, ta = (a._value, a._tangent) if ad else (a, None)
         if op.nin == 1:
             pb = tb = None
             present = (gt is not None, ad)
         else:
+            b = self.b
             bd = type(b) is DualArray
             pb, tb = (b._value, b._tangent) if bd else (b, None)
             present = (gt is not None, ad, bd)
-        prog = op.pullback(k, present)
+        prog = op._pbs.get((k, present)) or op.pullback(k, present)
         dt = _F64_DT if type(gp) is _F64 else _result_dtype(gp, y._value)
         out = prog.np_fn(pa, pb, y._value, gp, ta, tb, gt)
         r = _cast(out[0], dt)
@@ -266,7 +287,7 @@ class DualPullback:
         tr = _cast(out[1], dt)
         if type(r) is _NDARRAY or getattr(r, "dtype", None) != _F64_DT or tr.dtype != _F64_DT:
             return self._general(k, g)  # (the dual layer would pair or convert these)
-        return DualArray(r, tr, tag)
+        return DualArray(r, tr, y._tag)
 
     def _general(self, k, g):
         op = self.op
