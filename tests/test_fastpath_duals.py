@@ -197,3 +197,34 @@ def test_float32_and_mixed_tags_take_the_general_path():
         return t * z[0]
     np.testing.assert_allclose(mp.hvp(inner)(x, v), _general(mp.hvp(inner), x, v), rtol=0,
                                atol=0)
+
+
+def test_value_level_nodes_match_the_recorded_ones():
+    from mooncake_py.tape.dual_scalars import binary_node, unary_node
+    from mooncake_py.dual import DualArray, Tag
+    tag = Tag()
+    a = DualArray(np.float64(0.7), np.float64(-1.5), tag)
+    b = DualArray(np.float64(1.9), np.float64(0.25), tag)
+    g = DualArray(np.float64(1.1), np.float64(0.5), tag)
+    for uf, args in [(np.multiply, (a, b)), (np.true_divide, (a, 3)), (np.subtract, (2.0, b)),
+                     (np.add, (a, b)), (np.sin, (a,)), (np.log, (b,))]:
+        made = binary_node(uf, *args) if len(args) == 2 else unary_node(uf, args[0])
+        assert made is not None
+        y, pb = made
+        y0 = _general(uf, *args)
+        assert (mp.primal(y), mp.tangent(y)) == (mp.primal(y0), mp.tangent(y0))
+        with Tape() as tape:
+            tracked = [tape.track(v) if type(v) is mp.DualArray else v for v in args]
+            with mp.Config(debug_mode=True):
+                out = uf(*tracked)
+            want = tape._pullbacks[out._node](g)
+        got = pb(g)
+        assert len(got) == len(want)
+        for c, c0 in zip(got, want):
+            assert (c is None) == (c0 is None)
+            if c is not None:
+                assert (mp.primal(c), mp.tangent(c)) == (mp.primal(c0), mp.tangent(c0))
+    assert binary_node(np.multiply, 2.0, 3.0) is None  # no dual: not this path's
+    assert binary_node(np.power, a, b) is None
+    assert unary_node(np.sin, np.float64(1.0)) is None
+    assert binary_node(np.multiply, a, mp.dual(np.float64(1.0), np.float64(1.0))) is None  # 2 tags

@@ -140,6 +140,19 @@ def binary(self, other, ufunc, reflected):
             present, parents = (True, False), (self._node, None)
     else:
         return None
+    made = _binary_node(op, ufunc, a, b, pa, ta, pb, tb, present, tag)
+    if made is None:
+        return None
+    node = len(tape._parents)
+    tape._pullbacks.append(made[1])
+    tape._parents.append(parents)
+    tape._fns.append(ufunc)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = made[0], tape, node
+    return r
+
+
+def _binary_node(op, ufunc, a, b, pa, ta, pb, tb, present, tag):
     # The primal as the frule computes it (np.add(a, b) and a + b are the same IEEE operation)
     if ufunc is np.add:
         y = pa + pb
@@ -155,13 +168,85 @@ def binary(self, other, ufunc, reflected):
     if ty is None:
         return None
     yd = DualArray(y, ty, tag)
-    node = len(tape._parents)
-    tape._pullbacks.append(DualPullback(op, a, b, yd, present))
-    tape._parents.append(parents)
-    tape._fns.append(ufunc)
-    r = _new(TrackedArray)
-    r._value, r._tape, r._node = yd, tape, node
-    return r
+    return yd, DualPullback(op, a, b, yd, present)
+
+
+def _operand(x, tag):
+    """(primal, tangent, is a dual) of a binary operand, or None if it is neither a dual
+    scalar of ``tag`` (any tag if None) nor a number constant; the tag found."""
+    if type(x) is DualArray:
+        if (tag is not None and x._tag is not tag) or type(x._value) is not _F64 or \
+                type(x._tangent) is not _F64:
+            return None
+        return x._value, x._tangent, True
+    t = type(x)
+    if t is _F64 or t is float or (t is int and -_MAX_INT <= x <= _MAX_INT):
+        return x, None, False
+    return None
+
+
+def binary_node(ufunc, a, b):
+    """``(y, pullback)`` for ``ufunc(a, b)`` (``ufunc`` one of np.add, np.subtract,
+    np.multiply, np.true_divide) with the built-in rule: ``y`` the DualArray the general path
+    gives, ``pullback`` computing what the general rule's pullback computes (a
+    :class:`DualPullback`); None where the general path must run. ``a`` and ``b`` are dual
+    scalars of one tag (see the module docstring) or numbers, at least one of them dual: the
+    values of a recorded node, for callers that hold values rather than TrackedArrays (a
+    replayed plan).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> x = mp.dual(np.float64(3.0), np.float64(1.0))
+        >>> y, pb = binary_node(np.multiply, x, 2.0)
+        >>> float(mp.primal(y)), float(mp.tangent(y))
+        (6.0, 2.0)
+        >>> g, _ = pb(np.float64(1.0))
+        >>> float(g)
+        2.0
+    """
+    op = _OPS.get(ufunc)
+    if op is None or op.nin != 2 or RRULES.get(ufunc) is not op.builtin:
+        return None
+    tag = a._tag if type(a) is DualArray else b._tag if type(b) is DualArray else None
+    if tag is None or tag._watch or tag.lanes:
+        return None
+    oa, ob = _operand(a, tag), _operand(b, tag)
+    if oa is None or ob is None:
+        return None
+    return _binary_node(op, ufunc, a, b, oa[0], oa[1], ob[0], ob[1], (oa[2], ob[2]), tag)
+
+
+def unary_node(ufunc, d):
+    """``(y, pullback)`` for ``ufunc(d)``, ``d`` a dual scalar and ``ufunc`` one of
+    fastpath.py's unary ufuncs with its built-in rule; None where the general path must run.
+    See :func:`binary_node`.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> y, pb = unary_node(np.exp, mp.dual(np.float64(0.0), np.float64(2.0)))
+        >>> float(mp.tangent(y))
+        2.0
+    """
+    op = _OPS.get(ufunc)
+    if op is None or op.nin != 1 or RRULES.get(ufunc) is not op.builtin or \
+            type(d) is not DualArray:
+        return None
+    tag = d._tag
+    if tag._watch or tag.lanes or type(d._value) is not _F64 or type(d._tangent) is not _F64:
+        return None
+    return _unary_node(op, ufunc, d, tag)
+
+
+def _unary_node(op, ufunc, d, tag):
+    pa, ta = d._value, d._tangent
+    y = ufunc(pa)
+    if type(y) is not _F64:
+        return None
+    ty = _tangent_of(op, (True,), pa, None, y, ta, None)
+    if ty is None:
+        return None
+    yd = DualArray(y, ty, tag)
+    return yd, DualPullback(op, d, None, yd, (True,))
 
 
 def unary(self, ufunc):
@@ -177,15 +262,10 @@ def unary(self, ufunc):
     tag = d._tag
     if tag._watch or not _scalar_dual(d, tag):
         return None
-    pa, ta = d._value, d._tangent
-    y = ufunc(pa)
-    if type(y) is not _F64:
+    made = _unary_node(op, ufunc, d, tag)
+    if made is None:
         return None
-    ty = _tangent_of(op, (True,), pa, None, y, ta, None)
-    if ty is None:
-        return None
-    yd = DualArray(y, ty, tag)
-    return _record(tape, yd, DualPullback(op, d, None, yd, (True,)), (self._node,), ufunc)
+    return _record(tape, made[0], made[1], (self._node,), ufunc)
 
 
 def getitem(self, key, builtin):
