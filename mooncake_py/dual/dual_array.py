@@ -88,6 +88,10 @@ class DualArray(ArrayOps):
         return _apply(top._tag, fn, args, kwargs)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # Operands that are this tag's duals or plain numbers/arrays: this tag is the innermost
+        # transformation, no need for dispatch's search.
+        if method == "__call__" and not kwargs and _own_operands(self._tag, inputs):
+            return _apply(self._tag, ufunc, inputs, kwargs)
         return dispatch(ufunc if method == "__call__" else (ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -162,6 +166,42 @@ class DualArray(ArrayOps):
 
 
 WRAPPER_TYPES.add(DualArray)
+
+# Operands that are neither wrappers nor containers of them.
+_PLAIN_OPERANDS = frozenset([np.ndarray, float, int, np.float64, np.float32, np.int64])
+
+
+def _own_operands(tag, operands):
+    """Whether every operand is a dual of ``tag`` or a plain array/number (so ``tag`` is the
+    innermost transformation of the call)."""
+    for x in operands:
+        t = type(x)
+        if t is DualArray:
+            if x._tag is not tag:
+                return False
+        elif t not in _PLAIN_OPERANDS:
+            return False
+    return True
+
+
+def _binary_operator(ufunc, reflected):
+    """``self op other`` straight to this tag's dispatch when ``other`` is a dual of the same
+    tag or a plain array/number; anything else goes through dispatch's search."""
+    def op(self, other):
+        t = type(other)
+        args = (other, self) if reflected else (self, other)
+        if t in _PLAIN_OPERANDS or (t is DualArray and other._tag is self._tag):
+            return _apply(self._tag, ufunc, args, {})
+        return dispatch(ufunc, args, {})
+    op.__name__ = f"__{'r' if reflected else ''}{ufunc.__name__}__"
+    return op
+
+
+for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("pow", np.power)]:
+    setattr(DualArray, f"__{_name}__", _binary_operator(_uf, False))
+    setattr(DualArray, f"__r{_name}__", _binary_operator(_uf, True))
+DualArray.__neg__ = lambda self: _apply(self._tag, np.negative, (self,), {})
 
 
 def _write_tangent(t, key, vt, lanes, p):

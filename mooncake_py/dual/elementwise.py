@@ -272,9 +272,21 @@ def _big(x):
     return type(x) is np.ndarray and x.size >= KERNEL_MIN_SIZE
 
 
+# Types that are never device arrays: the common operands skip the module lookup.
+_HOST_TYPES = frozenset([np.ndarray, type(None), float, int, bool, np.float64, np.float32,
+                         np.float16, np.int64, np.int32, np.bool_])
+
+
 def _on_device(x):
     """Whether ``x`` is a device (CuPy) array: the GPU kernels apply."""
-    return type(x) is not np.ndarray and device_module(x) is not None
+    return type(x) not in _HOST_TYPES and device_module(x) is not None
+
+
+def _any_on_device(a, b, ta, tb):
+    return ((type(a) not in _HOST_TYPES and device_module(a) is not None)
+            or (type(b) not in _HOST_TYPES and device_module(b) is not None)
+            or (type(ta) not in _HOST_TYPES and device_module(ta) is not None)
+            or (type(tb) not in _HOST_TYPES and device_module(tb) is not None))
 
 
 # --- frules of the table's ops ----------------------------------------------------------------
@@ -310,8 +322,7 @@ def _op_frule(entry):
             res = _fused_frule(prog, uf, a, b, ta, tb, lanes)
             if res is not None:
                 return res
-        elif USE_KERNELS and not kwargs and (_on_device(a) or _on_device(b) or _on_device(ta)
-                                             or _on_device(tb)):
+        elif USE_KERNELS and not kwargs and _any_on_device(a, b, ta, tb):
             res = kernels_gpu.frule(prog, uf, a, b, ta, tb, lanes)
             if res is not None:
                 return res
@@ -358,6 +369,9 @@ def _fused_frule(prog, uf, a, b, ta, tb, lanes):
 
 
 # --- the frule of the pullback primitive ----------------------------------------------------
+_PB_PROGRAMS = {}  # (id of entry, k, present, const_b) -> Program: ints and bools hash fast
+
+
 def _pullback_native(primals, tangents, lanes, kwargs):
     entry, k, g = primals[:3]
     tg = tangents[2]
@@ -372,14 +386,16 @@ def _pullback_native(primals, tangents, lanes, kwargs):
         ta, tb = tangents[3:5]
         present = (tg is not None, ta is not None, tb is not None)
         const_b = None if present[2] else _exponent(entry, b)
-    prog = program(entry, "p", k, present, const_b)
+    key = (id(entry), k, present, const_b)
+    prog = _PB_PROGRAMS.get(key)
+    if prog is None or prog.entry is not entry:
+        prog = _PB_PROGRAMS[key] = program(entry, "p", k, present, const_b)
     dt = _result_dtype(g, y)
     if prog.has_tangent and USE_KERNELS and _big(g) and prog.fusible and _numba():
         res = _fused_pullback(prog, g, tg, a, ta, b, tb, y, lanes)
         if res is not None:
             return res
-    elif prog.has_tangent and USE_KERNELS and (_on_device(g) or _on_device(a)
-                                               or _on_device(tg) or _on_device(ta)):
+    elif prog.has_tangent and USE_KERNELS and _any_on_device(g, a, tg, ta):
         res = kernels_gpu.pullback(prog, g, tg, a, ta, b, tb, y, lanes)
         if res is not None:
             return res
@@ -393,6 +409,8 @@ def _pullback_native(primals, tangents, lanes, kwargs):
 
 def _result_dtype(g, y):
     gd, yd = getattr(g, "dtype", None), getattr(y, "dtype", None)
+    if gd is yd and gd is not None:  # (dtypes of builtin types are singletons)
+        return gd
     if yd is None:
         return gd if gd is not None else np.dtype(np.float64)
     return yd if gd is None else np.result_type(gd, yd)
