@@ -235,7 +235,7 @@ def _limited_frule(rule):
 def _blas_functions():
     from .rules import linear_algebra as la
     fns = [np.matmul, np.dot, np.inner, np.vdot, np.tensordot, np.einsum, np.kron,
-           la.solve_triangular, la.cho_solve]
+           la.solve_triangular, la._solve_nonsingular, la.cho_solve]
     fns += [getattr(np.linalg, n) for n in ("cholesky", "solve", "inv", "det", "slogdet", "eigh",
                                               "eigvalsh", "svd", "pinv", "lstsq", "qr",
                                               "matrix_power", "multi_dot")

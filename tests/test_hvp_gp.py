@@ -87,3 +87,57 @@ def test_non_finite_input_still_refused_by_the_forward_call():
     L[1, 0] = 0.5
     np.testing.assert_allclose(mp.hvp(f)(np.ones(4), np.ones(4)),
                                fd_hvp(f, (np.ones(4),), (np.ones(4),))[0], rtol=1e-5)
+
+
+# --- the inner solves (BLAS trsm from the right) against SciPy's solve_triangular ------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("bshape", [(7,), (7, 3), (7, 1)])
+def test_blas_trsm_matches_scipy(dtype, order, bshape):
+    import scipy.linalg as sla
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    for lower in (True, False):
+        for unit in (True, False):
+            for trans in (0, 1):
+                A = (rng.standard_normal((7, 7)) + 4 * np.eye(7)).astype(dtype)
+                A = np.asfortranarray(A) if order == "F" else A
+                b = rng.standard_normal(bshape).astype(dtype)
+                want = sla.solve_triangular(A, b, trans=trans, lower=lower, unit_diagonal=unit)
+                got = la._blas_trsm(A, b, trans, lower, unit)
+                assert got is not None and got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+                np.testing.assert_allclose(
+                    la._solve_nonsingular(A, b, trans=trans, lower=lower, unit_diagonal=unit),
+                    want, rtol=tol, atol=tol)
+
+
+def test_inner_solve_falls_back_where_blas_does_not_apply():
+    import scipy.linalg as sla
+    A = rng.standard_normal((6, 6)) + 4 * np.eye(6)
+    assert la._blas_trsm(A[::2, ::2], np.ones(3), 0, True, False) is None  # strided
+    assert la._blas_trsm(A.astype(complex), np.ones(6, complex), 0, True, False) is None
+    S, B = np.stack([A, 2 * A]), rng.standard_normal((2, 6, 2))
+    assert la._blas_trsm(S, B, 0, True, False) is None  # a stack
+    np.testing.assert_allclose(la._solve_nonsingular(S, B, lower=True),
+                               sla.solve_triangular(S, B, lower=True), rtol=1e-12)
+    Z = A + 1j * np.tril(rng.standard_normal((6, 6)))
+    z = rng.standard_normal(6) + 0j
+    np.testing.assert_allclose(la._solve_nonsingular(Z, z, trans=2, lower=True),
+                               sla.solve_triangular(Z, z, trans=2, lower=True), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [{"lower": True}, {"lower": False, "trans": 1},
+                                {"lower": True, "unit_diagonal": True, "trans": 1}])
+def test_inner_solve_derivatives_match_public_solve(kw):
+    A = np.tril(rng.standard_normal((5, 5))) + 3 * np.eye(5)
+    A = A if kw["lower"] else A.T.copy()
+    b = rng.standard_normal((5, 2))
+    vs = (rng.standard_normal((5, 5)), rng.standard_normal((5, 2)))
+    f = lambda A, b: np.sum(np.sin(mp.linalg.solve_triangular(A, b, **kw)))
+    g = lambda A, b: np.sum(np.sin(la._solve_nonsingular(A, b, **kw)))
+    for p, q in zip(mp.grad(f, argnums=(0, 1))(A, b), mp.grad(g, argnums=(0, 1))(A, b)):
+        np.testing.assert_allclose(p, q, rtol=1e-12)
+    for p, q in zip(mp.hvp(f, argnums=(0, 1))(A, b, vs), mp.hvp(g, argnums=(0, 1))(A, b, vs)):
+        np.testing.assert_allclose(p, q, rtol=1e-11, atol=1e-12)
+    for p, q in zip(mp.hvp(g, argnums=(0, 1))(A, b, vs), fd_hvp(g, (A, b), vs)):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
