@@ -1,4 +1,4 @@
-"""Replay for prepared gradient caches: record ``f`` once, then re-run a flat plan.
+"""Replay for prepared gradient and pullback caches: record ``f`` once, then re-run a flat plan.
 
 The first call of :func:`~mooncake_py.value_and_gradient` on a cache records ``f`` on a
 :class:`PlanTape`, which logs, next to the usual nodes, a *plan*: for every recorded op its rule,
@@ -16,7 +16,13 @@ compared with the value seen while recording; the non-differentiated arguments a
 (compared by value). If every guard holds, ``f`` would have made exactly the same calls with
 the same constants, so the plan is its recording. A failed guard (or any error while replaying)
 records ``f`` afresh, which also makes a new plan; a function that keeps failing falls back to
-plain recording, with a one-time warning.
+plain recording, with a one-time warning (a miss counts once that recording succeeds: ``f``
+raising on bad input is not the plan failing).
+
+A pullback cache's plan (:class:`PullbackReplayer`) is the same, with one slot per leaf of
+``f``'s output (a plain output leaf is returned as recorded: it can depend on the inputs only
+through the guards) and a sweep seeded with the caller's cotangents. Derivative caches run
+these plans forward through the frules (forward_replay.py).
 
 A function is recorded every call, never replayed, when its recording contains anything the
 plan does not represent: writes (``x[i] = v``, ``+=`` on arrays, ``out=``), ``like=``
