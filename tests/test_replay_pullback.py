@@ -11,6 +11,7 @@ import mooncake_py as mp
 from mooncake_py.errors import PreparedCacheSpecError, TangentError
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
+from mooncake_py.tape import replay as replay_module
 
 
 def _close(a, b):
@@ -212,3 +213,22 @@ def test_plain_outputs_are_fresh_copies():
     y2, _ = _check(cache, f, seed, x * 3)
     assert y2[1][0] == 1.0 and y2[2].tolist() == [True, False]
     assert cache._replay.replays == 2
+
+
+def test_unplannable_functions_stop_planning_silently():
+    def f(x):
+        y = np.empty_like(x)
+        for i in range(3):
+            y[i] = np.sin(x[i])
+        return np.sum(y)
+    x = np.array([0.1, 0.2, 0.3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing failed
+        gc = mp.prepare_gradient_cache(f, x)
+        pc = mp.prepare_pullback_cache(f, x)
+        for k in range(5):
+            y, (g,) = mp.value_and_gradient(gc, f, x * k)
+            np.testing.assert_allclose(g, np.cos(x * k), rtol=1e-14)
+            _check(pc, f, 2.0, x * k)
+    for r in (gc._replay, pc._replay):
+        assert r.disabled and r.replays == 0 and r.unplanned == replay_module.MAX_FAILURES

@@ -231,7 +231,6 @@ class DerivativeReplayer(Replayer):
 
     def __init__(self):
         Replayer.__init__(self, kind="derivative")
-        self.unplanned = 0  # recordings in a row that could not be planned
 
     def call(self, f, primals, tangents, lanes):
         """``mp.jvp(f, primals, tangents, lanes=bool(lanes))``, from the plan when its guards
@@ -267,12 +266,9 @@ class DerivativeReplayer(Replayer):
         if missed:
             self.failed(f)
         self.plan = plan
+        self.planned(plan)  # (after a few recordings that cannot be planned: jvp only)
         if plan is None:
-            # nothing to replay: after a few such recordings stop paying for them
-            self.unplanned += 1
-            self.disabled = self.unplanned >= rp.MAX_FAILURES
             return _jvp_seeded(f, tag, args)
-        self.unplanned = 0
         got = self._run(plan, leaves, tag)
         return _jvp_seeded(f, tag, args) if got is None else got
 

@@ -472,6 +472,7 @@ class Replayer:
         self.disabled = False
         self.warned = False
         self.replays = 0  # calls served by the plan (for tests and benchmarks)
+        self.unplanned = 0  # recordings in a row that could not be planned
 
     def call(self, f, args, nums):
         """``(value, gradients)`` of ``f`` at ``args``: from the plan when there is one whose
@@ -510,7 +511,19 @@ class Replayer:
         if missed:
             self.failed(f)
         self.plan = _make_plan(tape, tr, yt, args, nums, before, self.dual)
+        self.planned(self.plan)
         return y, grads
+
+    def planned(self, plan):
+        """Note whether a recording could be planned. After ``MAX_FAILURES`` recordings in a
+        row that could not (writes, say), stop recording on a PlanTape: a plain Tape records
+        faster (the short paths of fastpath.py), and there is nothing to replay anyway."""
+        if plan is not None:
+            self.unplanned = 0
+            return
+        self.unplanned = getattr(self, "unplanned", 0) + 1
+        if self.unplanned >= MAX_FAILURES:
+            self.disabled = True  # (silently: nothing failed, the function just writes)
 
     def failed(self, f):
         """Count a replay that could not serve the call; True (and a one-time warning) when
@@ -782,4 +795,5 @@ class PullbackReplayer(Replayer):
             plan = Plan(tape, [e._node for e in tr.entry], None, before)
             plan.finish, plan.outs, plan.ytree = _finisher(tr, args, nums), tmpl, ytree
             self.plan = plan
+        self.planned(self.plan)
         return y, cots
