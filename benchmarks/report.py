@@ -130,8 +130,10 @@ def _compile_cell(r, notes):
 def kernel_load_line(config):
     """One sentence on the compiled-replay kernels' load time in this run (or ``None``)."""
     times = config.get("kernel_load_s") or {}
-    names = (("load_s", "gradient kernel"), ("hvp_load_s", "HVP kernel"))
-    parts = [f"{label} {format_time(times[k])}" for k, label in names if k in times]
+    names = {"load_s": "gradient kernel", "hvp_load_s": "HVP kernel"}
+    # other kernels (segments...) under their own key: "segment_load_s" -> "segment kernel"
+    parts = [f"{names.get(k, k.replace('_load_s', '') + ' kernel')} {format_time(t)}"
+             for k, t in times.items()]
     if not parts:
         return None
     return ("Kernel load, once per process before the first compiled call (numba import "
