@@ -12,11 +12,22 @@ so a new plan (a branch flip, another function) costs an encoding pass, never a 
 (Straight-line code specialised per plan would run a little faster per step, but LLVM's compile
 time grows faster than linearly with function size: seconds per plan for these benchmarks.)
 
-What is compiled: plans whose every step is an int read ``x[i]`` of a float64 array argument,
-``+ - * /`` of float64 scalars (with float or small int constants), a unary op of
-fastpath.py's list, a comparison of scalars whose result ``f`` branched on, or ``bool`` of a
-scalar. Anything else (array ops, BLAS/LAPACK, reductions, float scalar arguments) leaves the
-plan to the Python replay: mixed plans are not split into compiled segments.
+What is compiled: plans whose every step is an element read ``x[i]`` (or ``x[i, j]``) of a
+float64 array argument, ``+ - * /`` of float64 scalars (with float or small int constants), a
+unary op of fastpath.py's list, a comparison of scalars whose result ``f`` branched on, or
+``bool`` of a scalar. Other plans are *mixed* (:func:`mix_plan`): every run of at least
+``MIN_SEGMENT`` such steps becomes a compiled segment (a forward and a reverse kernel call,
+entered with the values it reads from outside, left with the values later steps read), and the
+other steps (array ops, BLAS/LAPACK, reductions, np.stack of scalars...) replay in Python
+between the segments. Plans with no such run stay Python replay.
+
+Hessian-vector products (``prepare_hvp_cache(compile=True)``): a plan recorded on dual
+numbers, made only of the steps above, runs on a second kernel, forward-over-reverse: the
+forward pass on (value, tangent) pairs, then the reverse sweep on cotangents that are duals or
+plain numbers exactly as the tape sweeps them (the seed is a plain 1; ``+``/``-`` pass a
+cotangent on; the other pullbacks are the frule programs of ``ew_pullback`` that
+dual/elementwise.py generates from the table's first and second derivatives, here as scalar
+statements). Mixed HVP plans are not split: they replay in Python.
 
 Soundness: the encoded plan is the replay plan, step for step; the kernel evaluates its guards
 (the comparisons, with the values recorded) in the same order and reports a failed one, which
@@ -26,6 +37,8 @@ checks (float64 arrays of the recorded shapes) are made before each run. The der
 the short paths' formulas (the table's, in the same floating-point operations); the results
 equal a fresh recording except where numba's libm differs from NumPy's in the last bit of a
 transcendental (sin, exp...), and except that a cotangent of -0.0 may come out as 0.0.
+Each kernel is self-tested when loaded; a damaged cache entry is rebuilt, and a kernel that
+still fails leaves every plan to the Python replay.
 """
 import hashlib
 import operator
@@ -41,8 +54,8 @@ from ..config import current_config
 from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from . import fastpath
-from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SLOT, _UNARY, Plan, Replayer,
-                     _Failed, _split_leaves)
+from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM, _UNARY,
+                     Plan, Replayer, _Failed, _split_leaves)
 
 # Plans longer than this are not compiled: the kernel's work arrays (three floats per node)
 # would cost more memory than the Python replay saves.
@@ -126,20 +139,16 @@ def _acc(p, x, ind, xt=None):
             f"{ind}    R[{p}] = True"]
 
 
-def kernel_source():
-    """The interpreter kernel's module source (see the module docstring).
+_HEADER = ["import numpy as np", "import numba", ""]
+_JIT = "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)"
 
-    Example:
-        >>> "def mp_replay(" in kernel_source()
-        True
-    """
+
+def _forward_lines(fail):
+    """The gradient kernels' forward loop over the steps (values into ``V``); ``fail``: the
+    statement that ends the kernel when a guard does not hold."""
     unary = _unary_ops()
     i1, i2, i3 = " " * 12, " " * 16, " " * 20
-    src = ["import numpy as np", "import numba", "",
-           "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
-           "def mp_replay(OP, A, B, C, D, X, n, ynode, nx):",
-           "    V = np.empty(n)",
-           "    m = OP.shape[0]",
+    src = ["    m = OP.shape[0]",
            "    for s in range(m):",
            "        op = OP[s]",
            "        a = A[s]",
@@ -153,40 +162,86 @@ def kernel_source():
         src += [f"{i1}{'if' if code == 1 else 'elif'} op == {code}:", f"{i2}V[D[s]] = av {sym} bv"]
     for sym, code in sorted(_CMP.values(), key=lambda t: t[1]):
         src += [f"{i1}elif op == {code}:", f"{i2}if (av {sym} bv) != (D[s] == 1):",
-                f"{i3}return False, 0.0, np.zeros(nx)"]
+                f"{i3}{fail}"]
     src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[a] != 0.0) != (D[s] == 1):",
-            f"{i2}return False, 0.0, np.zeros(nx)",
+            f"{i2}{fail}",
             f"        elif op == {_NEG}:", f"{i1}V[D[s]] = -V[a]"]
     for k, (_, fwd, _, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}ua = V[a]", f"{i1}V[D[s]] = {fwd}"]
-    src += ["    G = np.zeros(nx)",
-            "    ADJ = np.empty(n)",
-            "    R = np.zeros(n, dtype=np.bool_)",
-            "    ADJ[ynode] = 1.0",
-            "    R[ynode] = True",
-            "    for s in range(m - 1, -1, -1):",
-            "        op = OP[s]",
-            f"        if (op >= 5 and op <= {_TRUTH}) or not R[D[s]]:",
-            "            continue",
-            "        d = D[s]",
-            "        g = ADJ[d]",
-            "        a = A[s]",
-            "        b = B[s]",
-            "        if op == 0:",
-            f"{i1}G[a] += g",
-            "        elif op <= 4:",
-            f"{i1}av = V[a] if a >= 0 else C[s]",
-            f"{i1}bv = V[b] if b >= 0 else C[s]",
-            f"{i1}if op == 1:", f"{i2}ga = g", f"{i2}gb = g",
-            f"{i1}elif op == 2:", f"{i2}ga = g", f"{i2}gb = -g",
-            f"{i1}elif op == 3:", f"{i2}ga = g * bv", f"{i2}gb = g * av",
-            f"{i1}else:", f"{i2}ga = g * (1 / bv)", f"{i2}gb = g * (-V[d] / bv)",
-            f"{i1}if a >= 0:"] + _acc("a", "ga", i2) + [f"{i1}if b >= 0:"] + _acc("b", "gb", i2)
+    return src
+
+
+def _reverse_lines():
+    """The gradient kernels' reverse sweep over the steps (cotangents ``ADJ``, reached flags
+    ``R``, seeded by the caller's lines), adding the inputs' cotangents into ``G``."""
+    unary = _unary_ops()
+    i1, i2 = " " * 12, " " * 16
+    src = ["    for s in range(m - 1, -1, -1):",
+           "        op = OP[s]",
+           f"        if (op >= 5 and op <= {_TRUTH}) or not R[D[s]]:",
+           "            continue",
+           "        d = D[s]",
+           "        g = ADJ[d]",
+           "        a = A[s]",
+           "        b = B[s]",
+           "        if op == 0:",
+           f"{i1}G[a] += g",
+           "        elif op <= 4:",
+           f"{i1}av = V[a] if a >= 0 else C[s]",
+           f"{i1}bv = V[b] if b >= 0 else C[s]",
+           f"{i1}if op == 1:", f"{i2}ga = g", f"{i2}gb = g",
+           f"{i1}elif op == 2:", f"{i2}ga = g", f"{i2}gb = -g",
+           f"{i1}elif op == 3:", f"{i2}ga = g * bv", f"{i2}gb = g * av",
+           f"{i1}else:", f"{i2}ga = g * (1 / bv)", f"{i2}gb = g * (-V[d] / bv)",
+           f"{i1}if a >= 0:"] + _acc("a", "ga", i2) + [f"{i1}if b >= 0:"] + _acc("b", "gb", i2)
     src += [f"        elif op == {_NEG}:"] + _acc("a", "-g", i1)
     for k, (_, _, der, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}uy = V[d]",
                 f"{i1}ua = V[a]"] + _acc("a", f"g * ({der})", i1)
-    src += ["    return True, V[ynode], G", ""]
+    return src
+
+
+def kernel_source():
+    """The interpreter kernel's module source (see the module docstring).
+
+    Example:
+        >>> "def mp_replay(" in kernel_source()
+        True
+    """
+    src = _HEADER + [_JIT, "def mp_replay(OP, A, B, C, D, X, n, ynode, nx):",
+                     "    V = np.empty(n)"] + \
+        _forward_lines("return False, 0.0, np.zeros(nx)") + \
+        ["    G = np.zeros(nx)",
+         "    ADJ = np.empty(n)",
+         "    R = np.zeros(n, dtype=np.bool_)",
+         "    ADJ[ynode] = 1.0",
+         "    R[ynode] = True"] + _reverse_lines() + ["    return True, V[ynode], G", ""]
+    return "\n".join(src)
+
+
+def segment_kernel_source():
+    """The mixed plans' kernels (see :func:`mix_plan`): ``mp_forward`` runs a segment's steps
+    on the values ``X`` it reads from outside and returns all its values; ``mp_reverse`` takes
+    them back with the cotangents that the steps after the segment gave some of its nodes
+    (``SN``: nodes, ``SV``: cotangents) and returns the cotangents of ``X``. The statements
+    are the gradient kernel's.
+
+    Example:
+        >>> "def mp_reverse(" in segment_kernel_source()
+        True
+    """
+    src = _HEADER + [_JIT, "def mp_forward(OP, A, B, C, D, X, n):", "    V = np.empty(n)"] + \
+        _forward_lines("return False, V") + ["    return True, V", "", "",
+                                             _JIT, "def mp_reverse(OP, A, B, C, D, V, SN, SV, nx):",
+                                             "    n = V.shape[0]",
+                                             "    m = OP.shape[0]",
+                                             "    G = np.zeros(nx)",
+                                             "    ADJ = np.empty(n)",
+                                             "    R = np.zeros(n, dtype=np.bool_)",
+                                             "    for j in range(SN.shape[0]):",
+                                             "        ADJ[SN[j]] = SV[j]",
+                                             "        R[SN[j]] = True"] + \
+        _reverse_lines() + ["    return G", ""]
     return "\n".join(src)
 
 
@@ -414,14 +469,18 @@ def _import(source, stem, d, func):
         sys.modules[name] = mod
         exec(compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec"),
              mod.__dict__)
-        return getattr(mod, func)
+        return _functions(mod, func)
     path = os.path.join(d, stem + ".py")
     _write_checked(path, source)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # numba's cache re-imports the module by name
     spec.loader.exec_module(mod)
-    return getattr(mod, func)
+    return _functions(mod, func)
+
+
+def _functions(mod, func):
+    return tuple(getattr(mod, f) for f in func) if type(func) is tuple else getattr(mod, func)
 
 
 # The self-test plan: y = x[0] * x[1] - 2, then sin(y) / x[0], at x = (3, 5)
@@ -446,9 +505,21 @@ def _self_test_hvp(k):
         hv.tolist() == [2.0, 1.0]
 
 
-# kind -> (source generator, file stem prefix, function name, self-test, TIMES key)
+def _self_test_segment(ks):
+    """As :func:`_self_test`, for the segment kernels: forward, then reverse from y."""
+    fwd, rev = ks
+    ok, V = fwd(*_TEST_PLAN, np.array([3.0, 5.0]), 5)
+    if not ok or V[4] != 13.0:
+        return False
+    g = rev(*_TEST_PLAN, V, np.array([4], np.int64), np.array([1.0]), 2)
+    return g.tolist() == [5.0, 3.0]
+
+
+# kind -> (source generator, file stem prefix, function name(s), self-test, TIMES key)
 _KINDS = {"gradient": (kernel_source, "replay_", "mp_replay", _self_test, "load_s"),
-          "hvp": (hvp_kernel_source, "hvp_replay_", "mp_hvp", _self_test_hvp, "hvp_load_s")}
+          "hvp": (hvp_kernel_source, "hvp_replay_", "mp_hvp", _self_test_hvp, "hvp_load_s"),
+          "segment": (segment_kernel_source, "segment_replay_", ("mp_forward", "mp_reverse"),
+                      _self_test_segment, "segment_load_s")}
 
 
 def _opcodes():
@@ -460,6 +531,8 @@ def _opcodes():
 def _load(kind):
     got = _KERNELS.get(kind)
     if got is not None:
+        if got[0] is None:  # (failed in this process already: not rebuilt on every plan)
+            raise RuntimeError(f"the compiled-replay {kind} kernel failed its self-test")
         return got[0], got[1]
     with _LOCK:
         if kind not in _KERNELS:
@@ -484,10 +557,14 @@ def _load(kind):
                     pass
                 k = None
             if k is None:
+                _KERNELS[kind] = [None, None]
                 raise RuntimeError(f"the compiled-replay {kind} kernel failed its self-test")
             TIMES[key] = time.perf_counter() - t0
             _KERNELS[kind] = [k, _opcodes()]
-    return _KERNELS[kind][0], _KERNELS[kind][1]
+    got = _KERNELS[kind]
+    if got[0] is None:
+        raise RuntimeError(f"the compiled-replay {kind} kernel failed its self-test")
+    return got[0], got[1]
 
 
 def kernel():
@@ -514,6 +591,19 @@ def hvp_kernel():
         True
     """
     return _load("hvp")
+
+
+def segment_kernels():
+    """((forward, reverse) segment kernels, the opcode of each unary ufunc), compiled or loaded
+    on first use; see :func:`segment_kernel_source`.
+
+    Example:
+        >>> (fwd, rev), codes = segment_kernels()
+        >>> import numpy as np
+        >>> codes[np.sin] == kernel()[1][np.sin]
+        True
+    """
+    return _load("segment")
 
 
 def _number(v):
@@ -808,6 +898,348 @@ def compile_plan(plan, leaves, dual=False):
     return (CompiledHVPPlan if dual else CompiledPlan)(plan, arrays, tuple(shapes), fns, k)
 
 
+# --- mixed plans: compiled segments between Python steps -------------------------------------
+# Runs of compilable steps shorter than this stay Python replay: a segment costs two kernel
+# calls and a few µs of Python around them, about what the Python replay of ~10 steps costs.
+MIN_SEGMENT = 16
+_F64_DT = np.dtype(np.float64)
+
+
+def _refs(tmpl, out):
+    for t in tmpl:
+        if t[0] == _SLOT:
+            out.append(t[1])
+        elif t[0] == _SEQ_T:
+            _refs(t[2], out)
+    return out
+
+
+def _step_refs(step):
+    """The nodes whose values a plan step reads; None for a kind of step not known here."""
+    kind = step[0]
+    if kind in (_ITEM, _UNARY, _SUM):
+        return [step[3]]
+    if kind in (_BIN, _OP):
+        return _refs(step[3], [])
+    if kind == _GUARD:
+        return _refs(step[2], [])
+    if kind == _OBSERVE:
+        return [step[1]]
+    return None
+
+
+def _step_node(step):
+    kind = step[0]
+    if kind in (_ITEM, _BIN, _UNARY, _SUM):
+        return step[2]
+    return step[6] if kind == _OP else None
+
+
+def _node_info(plan, leaves):
+    """(shape, dtype) of every node, as recorded (None where not known)."""
+    info = [None] * plan.n
+    for node, leaf in zip(plan.inputs, leaves):
+        info[node] = (np.shape(leaf), np.asarray(leaf).dtype)
+    for step in plan.steps:
+        node = _step_node(step)
+        if node is not None:
+            info[node] = (step[7], step[8]) if step[0] == _OP else ((), _F64_DT)
+    return info
+
+
+def _step_spec(step, info, codes):
+    """A step the kernels run, as (opcode, first operand, second operand, constant, dst) with
+    operands ("s", node) for a float64 scalar node, ("e", node, offset) for an element of a
+    float64 array node, or None (a constant, or none); dst is the node made, or for a guard
+    the value seen. None when the kernels do not run this step."""
+    def scalar(p):
+        return type(p) is int and info[p] == ((), _F64_DT)
+
+    def element(p, key):
+        if type(p) is not int or info[p] is None:
+            return None
+        shape, dt = info[p]
+        if dt != _F64_DT or not shape:
+            return None
+        off = _flat_index(key, shape)
+        return None if off is None else ("e", p, off)
+
+    def operands(tmpl):
+        ops, const, consts = [], 0.0, 0
+        for kind, ref in tmpl:
+            if kind == _SLOT and scalar(ref):
+                ops.append(("s", ref))
+            elif kind == _CONST and _number(ref) is not None:
+                const, consts = _number(ref), consts + 1
+                ops.append(None)
+            else:
+                return None
+        return None if consts > 1 or len(ops) != 2 else (ops[0], ops[1], const)
+
+    kind = step[0]
+    if kind == _ITEM:
+        e = element(step[3], step[4])
+        return None if e is None else (0, e, None, 0.0, step[2])
+    if kind == _BIN:
+        ops = operands(step[3])
+        return None if ops is None or step[4] not in _ARITH else \
+            (_ARITH[step[4]], ops[0], ops[1], ops[2], step[2])
+    if kind == _UNARY:
+        fn, p = step[1], step[3]
+        return (codes[fn], ("s", p), None, 0.0, step[2]) if fn in codes and scalar(p) else None
+    if kind == _OP:
+        _, fn, rule, tmpl, kw, _, node, shape, dt = step
+        if kw or shape != () or dt != _F64_DT or rule is not fastpath._BUILTIN.get(fn):
+            return None
+        if fn is operator.getitem:
+            if len(tmpl) != 2 or tmpl[0][0] != _SLOT or tmpl[1][0] != _CONST:
+                return None
+            e = element(tmpl[0][1], tmpl[1][1])
+            return None if e is None else (0, e, None, 0.0, node)
+        if fn in _BINARY_UFUNCS:
+            ops = operands(tmpl) if len(tmpl) == 2 else None
+            return None if ops is None else (_BINARY_UFUNCS[fn], ops[0], ops[1], ops[2], node)
+        if fn in codes and len(tmpl) == 1 and tmpl[0][0] == _SLOT and scalar(tmpl[0][1]):
+            return (codes[fn], ("s", tmpl[0][1]), None, 0.0, node)
+        return None
+    if kind == _GUARD:
+        _, fn, tmpl, kw, seen = step
+        if fn not in _CMP or kw or len(tmpl) != 2 or type(seen) is not np.bool_:
+            return None
+        ops = operands(tmpl)
+        return None if ops is None else (_CMP[fn][1], ops[0], ops[1], ops[2], int(bool(seen)))
+    if kind != _OBSERVE:
+        return None
+    _, node, conv, seen = step
+    if conv is not bool or not scalar(node) or type(seen) is not bool:
+        return None
+    return (_TRUTH, ("s", node), None, 0.0, int(seen))
+
+
+class _SegmentState(np.ndarray):
+    """A segment's values in one call (the value of its first node in the replayed plan),
+    with the cotangents its outputs received in that call's sweep."""
+
+
+class _Segment:
+    """A run of a mixed plan's steps encoded for the segment kernels: the nodes it reads from
+    outside (scalars, and arrays it reads elements of), its steps, its outputs."""
+
+    def __init__(self, specs, lo, outputs, info, fns):
+        self.fns = fns
+        scalars, arrays = {}, {}
+        for _, ea, eb, _, _ in specs:
+            for e in (ea, eb):
+                if e is None:
+                    continue
+                if e[0] == "s" and e[1] < lo:
+                    scalars.setdefault(e[1], len(scalars))
+                elif e[0] == "e":
+                    arrays.setdefault(e[1], None)
+        self.nscalar = E = len(scalars)
+        o, self.arrays = E, []
+        for node in arrays:
+            shape = info[node][0]
+            size = int(np.prod(shape))
+            arrays[node] = o
+            self.arrays.append((shape, o, size))
+            o += size
+        self.nx = o
+        self.external = tuple(scalars) + tuple(arrays)
+        last = max(sp[4] for sp in specs if sp[0] <= 4 or sp[0] >= _NEG)
+        self.n = E + last - lo + 1
+        m = E + len(specs)
+        op = np.zeros(m, np.int64)
+        a = np.full(m, -1, np.int64)
+        b = np.full(m, -1, np.int64)
+        c = np.zeros(m)
+        dst = np.zeros(m, np.int64)
+        a[:E] = np.arange(E)  # the scalars read from outside: op 0, X[k] -> local node k
+        dst[:E] = np.arange(E)
+
+        def local(e):
+            if e is None:
+                return -1
+            return scalars[e[1]] if e[1] < lo else E + e[1] - lo
+        for s, (code, ea, eb, const, d) in enumerate(specs, E):
+            op[s], c[s] = code, const
+            if code == 0:
+                a[s], dst[s] = arrays[ea[1]] + ea[2], E + d - lo
+                continue
+            a[s], b[s] = local(ea), local(eb)
+            dst[s] = d if _TRUTH >= code >= 5 else E + d - lo
+        self.code = (op, a, b, c, dst)
+        self.outputs = {node: E + node - lo for node in outputs}
+
+    def forward(self, values):
+        _check_rules(self.fns)
+        (fwd, _), _ = segment_kernels()
+        X = np.empty(self.nx)
+        E = self.nscalar
+        for k in range(E):
+            X[k] = float(values[k])
+        for v, (shape, o, size) in zip(values[E:], self.arrays):
+            if not _f64_array(v, shape):
+                raise _Failed()
+            X[o:o + size] = v.reshape(-1)
+        ok, V = fwd(*self.code, X, self.n)
+        if not ok:
+            raise _Failed()
+        state = V.view(_SegmentState)
+        state.seeds = {}
+        state.values = V
+        return state, lambda g: self.reverse(state)
+
+    def reverse(self, state):
+        seeds = state.seeds
+        if not seeds:
+            return (None,) * len(self.external)
+        (_, rev), _ = segment_kernels()
+        sn = np.fromiter(seeds.keys(), np.int64, len(seeds))
+        sv = np.array([float(g) for g in seeds.values()])
+        G = rev(*self.code, state.values, sn, sv, self.nx)
+        E = self.nscalar
+        return tuple(_F64(G[k]) for k in range(E)) + tuple(
+            G[o:o + size].reshape(shape) for shape, o, size in self.arrays)
+
+
+def _segment_forward(segment, *values):
+    """A mixed plan's stand-in for a compiled segment (never called: its rule is)."""
+    raise TypeError("_segment_forward is a replay-plan marker")
+
+
+def _segment_output(state, node):
+    """A mixed plan's stand-in for a segment's output node (never called: its rule is)."""
+    raise TypeError("_segment_output is a replay-plan marker")
+
+
+def _segment_forward_rule(args, kwargs, needs):
+    return args[0].forward(args[1:])
+
+
+_NO_CT, _NONE_CT = (0.0,), (None,)
+
+
+def _segment_output_rule(args, kwargs, needs):
+    state, k = args
+
+    def pullback(g):
+        # stash the cotangent for the segment's reverse (its first node, swept after every
+        # output); the 0 that the first output swept sends there makes the sweep reach it
+        seeds = state.seeds
+        seeds[k] = g
+        return _NO_CT if len(seeds) == 1 else _NONE_CT
+    return _F64(state.values[k]), pullback
+
+
+# Plan.run calls an _OP step's rule if it is still the registered one
+RRULES[_segment_forward] = _segment_forward_rule
+RRULES[_segment_output] = _segment_output_rule
+
+
+class MixedPlan(Plan):
+    """A replay plan whose long runs of scalar steps are compiled segments (see
+    :func:`mix_plan`); it runs as a :class:`~mooncake_py.tape.replay.Plan`."""
+
+    def run(self, leaves):
+        out = Plan.run(self, leaves)
+        self.runs += 1
+        return out
+
+
+def mix_plan(plan, leaves):
+    """``plan`` with every run of at least :data:`MIN_SEGMENT` consecutive steps that the
+    kernels run replaced by a compiled segment, as a :class:`MixedPlan`; None when there is
+    no such run. The other steps stay as they are, Python replay.
+
+    A segment becomes two steps of the plan, in the plan's own vocabulary (rules of two
+    private functions): at its first node, a step that runs the segment's forward kernel on
+    the values it reads from outside and makes all of its values at once; at each node that
+    the steps after the segment read (its outputs), a step that takes that value. The tape
+    sweeps as usual: an output's pullback keeps its cotangent for the segment and sends 0 to
+    the first node, whose pullback (reached after every output) runs the reverse kernel and
+    gives the nodes read from outside their cotangents. A segment's first node must not be
+    an output (the steps up to it are left to Python).
+
+    Example:
+        >>> import numpy as np
+        >>> import mooncake_py as mp
+        >>> def f(x):
+        ...     v = np.cumsum(x)          # an array op: Python replay
+        ...     s = 0.0
+        ...     for i in range(20):       # 60 scalar steps: one compiled segment
+        ...         s = s + np.sin(v[i]) * x[i]
+        ...     return s
+        >>> c = mp.prepare_gradient_cache(f, np.ones(20), compile=True)
+        >>> x = np.linspace(0, 1, 20)
+        >>> g1 = mp.value_and_gradient(c, f, x)[1][0]   # records, plans, encodes
+        >>> g2 = mp.value_and_gradient(c, f, x)[1][0]   # Python steps and the kernels
+        >>> type(c._replay.plan).__name__, bool(np.allclose(g1, g2, rtol=1e-14, atol=0))
+        ('MixedPlan', True)
+    """
+    if plan is None or len(plan.steps) > MAX_STEPS:
+        return None
+    _, codes = kernel()  # (the opcodes; and no numba: no mixed plan either)
+    info = _node_info(plan, leaves)
+    specs = [_step_spec(st, info, codes) for st in plan.steps]
+    readers = {}
+    for s, st in enumerate(plan.steps):
+        refs = _step_refs(st)
+        if refs is None:
+            return None  # (a step this module does not know: its reads are not known either)
+        for p in refs:
+            readers.setdefault(p, []).append(s)
+    runs, s, m = [], 0, len(specs)
+    while s < m:
+        if specs[s] is None:
+            s += 1
+            continue
+        e = s
+        while e < m and specs[e] is not None:
+            e += 1
+        runs.append([s, e])
+        s = e
+    segments = []  # (first step, end step, first node, outputs)
+    for s, e in runs:
+        while e - s >= MIN_SEGMENT:
+            made = [_step_node(plan.steps[k]) for k in range(s, e)]
+            made = [n for n in made if n is not None]
+            if not made:
+                break
+            outputs = [n for n in made if n == plan.ynode or
+                       any(not s <= r < e for r in readers.get(n, ()))]
+            if made[0] in outputs:  # its first node must hold the segment: start after it
+                while _step_node(plan.steps[s]) != made[0]:
+                    s += 1
+                s += 1
+                continue
+            segments.append((s, e, made[0], outputs))
+            break
+    if not segments:
+        return None
+    steps, parents, prev = [], list(plan.parents), 0
+    for s, e, lo, outputs in segments:
+        steps += plan.steps[prev:s]
+        seg = _Segment(specs[s:e], lo, outputs, info,
+                       tuple({st[1] for st in plan.steps[s:e] if st[0] not in (_GUARD, _OBSERVE)}))
+        steps.append((_OP, _segment_forward, _segment_forward_rule,
+                      ((_CONST, seg),) + tuple((_SLOT, p) for p in seg.external), {},
+                      (False,) + (True,) * len(seg.external), lo, (seg.n,), _F64_DT))
+        parents[lo] = seg.external
+        for node, k in seg.outputs.items():
+            steps.append((_OP, _segment_output, _segment_output_rule,
+                          ((_SLOT, lo), (_CONST, k)), {}, (True, False), node, (), _F64_DT))
+            parents[node] = (lo,)
+        prev = e
+    steps += plan.steps[prev:]
+    mixed = MixedPlan.__new__(MixedPlan)
+    mixed.__dict__.update(plan.__dict__)
+    mixed.steps, mixed.parents, mixed.plan, mixed.runs = steps, parents, plan, 0
+    mixed.segments = [seg for seg in (st[3][0][1] for st in steps
+                                      if st[0] == _OP and st[1] is _segment_forward)]
+    return mixed
+
+
 _COMPILED = (CompiledPlan, CompiledHVPPlan)
 
 
@@ -853,6 +1285,11 @@ class CompilingReplayer(Replayer):
                                   self.dual)
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None
+            if cp is None and not self.dual:
+                try:
+                    cp = mix_plan(plan, _split_leaves(args, nums)[0] or ())
+                except Exception:  # noqa: BLE001
+                    cp = None
             if cp is None:
                 plan._not_compiled = True
             else:
