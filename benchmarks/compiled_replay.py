@@ -7,7 +7,9 @@
 ``compile=True`` (the numba kernel of mooncake_py/tape/compiled.py). Then the same for Hessian-vector
 products: ``mp.hvp(f)`` (unprepared), ``mp.value_and_hvp`` with a cache prepared with
 ``replay=True`` and with ``compile=True`` (the forward-over-reverse kernel), and the ratio of the
-compiled HVP to the compiled gradient. The variants of a table are timed back to back, round after
+compiled HVP to the compiled gradient. Then the suite rows whose plans are mixed (array steps
+around a long scalar run: ``map_sin_cos_exp``, ``turing_broadcast_benchmark``): primal, Python
+replay and the mixed compiled plan. The variants of a table are timed back to back, round after
 round, and each figure is the minimum over rounds (so machine noise hits all alike). Then the
 per-case cost of encoding a plan for each kernel, and each kernel's load time in fresh processes:
 cold (empty cache directory: numba compiles) and warm (loaded from disk).
@@ -30,6 +32,7 @@ from .suite import CASES
 from .timing import format_time
 
 NAMES = ("_sum_1000", "_sum_sin_1000", "large_single_block")
+MIXED = ("map_sin_cos_exp", "turing_broadcast_benchmark")  # plans with compiled segments
 
 
 def _per_call(fn, number):
@@ -102,6 +105,30 @@ def time_case_hvp(name, rounds):
     return best
 
 
+def time_case_mixed(name, rounds):
+    """Gradients of a suite case whose plan mixes array steps with a long scalar run: primal,
+    Python replay and the mixed compiled plan; the time to split and encode the plan."""
+    from .namespaces import numpy_namespace
+    case = CASES[name]
+    g, diff = case.closure(numpy_namespace(), case.make_inputs(np.random.default_rng(0)))
+    rc = mp.prepare_gradient_cache(g, *diff)
+    cc = mp.prepare_gradient_cache(g, *diff, compile=True)
+    for _ in range(2):
+        for c in (rc, cc):
+            mp.value_and_gradient(c, g, *diff)
+    plan = cc._replay.plan
+    assert type(plan) is compiled.MixedPlan
+    best = _best({"primal": lambda: g(*diff), "replay": lambda: mp.value_and_gradient(rc, g, *diff),
+                  "compiled": lambda: mp.value_and_gradient(cc, g, *diff)}, rounds)
+    leaves = _split_leaves(diff, tuple(range(len(diff))))[0]
+    t0 = perf_counter()
+    compiled.mix_plan(plan.plan, leaves)
+    best["encode"] = perf_counter() - t0
+    best["steps"] = len(plan.plan.steps)
+    best["segment"] = sum(len(seg.code[0]) for seg in plan.segments)
+    return best
+
+
 _CHILD = ("import json, sys, time; t = time.perf_counter(); from mooncake_py.tape import compiled; "
           "getattr(compiled, sys.argv[1])(); print(json.dumps(time.perf_counter() - t))")
 
@@ -141,7 +168,16 @@ def main(argv=None):
         print(f"{name:<20} " + " ".join(f"{format_time(b[c]):>11}" for c in cols)
               + f" {b['replay'] / b['compiled']:>10.0f}× {b['compiled'] / b['grad']:>8.2f}×"
               f" {format_time(b['encode']):>9}")
-    for which in ("kernel", "hvp_kernel"):
+    print()
+    cols = ("primal", "replay", "compiled")
+    print(f"{'mixed case':<28} {'steps':>6} {'in seg.':>7} " + " ".join(f"{c:>11}" for c in cols)
+          + f" {'replay/comp':>11} {'encode':>9}")
+    for name in MIXED:
+        b = time_case_mixed(name, rounds)
+        print(f"{name:<28} {b['steps']:>6} {b['segment']:>7} "
+              + " ".join(f"{format_time(b[c]):>11}" for c in cols)
+              + f" {b['replay'] / b['compiled']:>10.1f}× {format_time(b['encode']):>9}")
+    for which in ("kernel", "hvp_kernel", "segment_kernels"):
         cold, warm = kernel_load_times(which)
         print(f"{which} load in a fresh process (numba import included): "
               f"cold {format_time(cold)}, warm {format_time(warm)}")
