@@ -156,6 +156,9 @@ def _prepared(make, compile):
             # A plan the kernel accepted is a CompiledPlan (or a Compiled* variant of it);
             # anything else means the cache fell back to the Python replay or to recording.
             out["compiled"] = "Compiled" in name
+            # a plan whose scalar runs are compiled segments between Python-replayed steps
+            out["partly_compiled"] = not out["compiled"] and any(
+                w in name for w in ("Mixed", "Segment"))
         return out
     return cache, info
 

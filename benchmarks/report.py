@@ -5,7 +5,8 @@ A result is a dict with ``case``, ``quantity``, ``column``, ``framework``, ``sta
 when ok, the timing fields of :func:`benchmarks.timing.measure` plus ``ratio`` (median time /
 median NumPy primal time) and ``agrees`` (False when its derivative differs from the other
 frameworks'). A prepared cache's result also has ``prepare_s`` and ``plan`` (the class of the
-plan it ran), and a compiled cache's ``compiled`` (whether that plan ran on the kernel).
+plan it ran), and a compiled cache's ``compiled`` (whether that plan ran on the kernel) and
+``partly_compiled`` (compiled segments between Python-replayed steps).
 """
 import json
 
@@ -57,7 +58,11 @@ def _cell(r, notes):
         if r.get("agrees") is False:  # fast but wrong: say so next to the number
             n = notes.ref(f"{r['column']} on {r['case']}: {r['detail']}")
             text += f" (wrong [{n}])"
-        if r.get("compiled") is False:
+        if r.get("partly_compiled"):
+            n = notes.ref(f"{r['column']}: the plan runs compiled segments between steps "
+                          "replayed in Python (not counted as compiled in the summary)")
+            text += f" (partly compiled [{n}])"
+        elif r.get("compiled") is False:
             n = notes.ref(f"{r['column']}: the plan did not run on the compiled kernel (it "
                           "replayed in Python or recorded; its class is in results.json)")
             text += f" (not compiled [{n}])"
@@ -124,6 +129,8 @@ def _compile_cell(r, notes):
     if r["status"] != "ok":
         return _cell(r, notes)
     text = " / ".join(format_time(r[k]) for k in ("first_call_s", "second_call_s", "median_s"))
+    if r.get("partly_compiled"):
+        return text + " (partly compiled)"
     return text + (" (not compiled)" if r.get("compiled") is False else "")
 
 

@@ -116,6 +116,18 @@ def test_wrong_compiled_result_is_flagged(tmp_path, monkeypatch):
     assert "_sum_1000 (wrong result)" in md
 
 
+def test_cells_say_whether_the_plan_compiled():
+    from benchmarks import report
+    base = dict(case="c", quantity="gradient", column="mooncake_py (compiled)",
+                framework="mooncake_py", status="ok", median_s=1e-3, ratio=2.0)
+    notes = report._Notes()
+    assert report._cell(dict(base, compiled=True, partly_compiled=False), notes) == "2"
+    assert "(not compiled [" in report._cell(dict(base, compiled=False), notes)
+    assert "(partly compiled [" in report._cell(
+        dict(base, compiled=False, partly_compiled=True), notes)
+    assert len(notes.items) == 2
+
+
 def _rec(case, quantity, column, median, framework="mooncake_py", **kw):
     return dict(case=case, quantity=quantity, column=column, framework=framework,
                 status="ok", median_s=median, **kw)
