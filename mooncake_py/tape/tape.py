@@ -417,7 +417,9 @@ class Tape:
                     # the values are the same, but every product with a 0-d array goes through
                     # the ufunc machinery (~1 µs against ~80 ns for two scalars), and in a
                     # scalar loop the seed reaches every pullback through the chain of sums.
-                    v = innermost(yi._value)
+                    v = yi._value
+                    if type(v) is not _F64:
+                        v = innermost(v)
                     s = _ONE if type(v) is _F64 else np.ones_like(v)
                 _accumulate(cts, owned, yi._node, s)
                 start = max(start, yi._node)
