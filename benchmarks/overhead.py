@@ -76,6 +76,7 @@ def per_call(budget):
     loop = mp.prepare_gradient_cache(scalar_loop_squares, np.ones(1000))
     loop_rec = mp.prepare_gradient_cache(scalar_loop_squares, np.ones(1000), replay=False)
     y = np.random.default_rng(0).standard_normal(1000)
+    hloop = mp.hvp(scalar_loop_squares)
     rows = [("np.sum(x) (the primal)", lambda: np.sum(x)), ("mp.grad(np.sum)(x)", lambda: g(x)),
             ("mp.value_and_grad(np.sum)(x)", lambda: vg(x)),
             ("mp.hvp(lambda x: np.sum(x * x))(x, x)", lambda: h(x, x)),
@@ -86,7 +87,9 @@ def per_call(budget):
             ("value_and_gradient, s = s + x[i]*x[i] (n=1000), replay=False",
              lambda: mp.value_and_gradient(loop_rec, scalar_loop_squares, y)),
             ("value_and_gradient, s = s + x[i]*x[i] (n=1000), replayed",
-             lambda: mp.value_and_gradient(loop, scalar_loop_squares, y))]
+             lambda: mp.value_and_gradient(loop, scalar_loop_squares, y)),
+            # forward-over-reverse of a scalar loop (tape/dual_scalars.py): 4000 recorded ops
+            ("mp.hvp, s = s + x[i]*x[i] (n=1000)", lambda: hloop(y, y))]
     return [(name, measure(fn, budget)["median_s"]) for name, fn in rows]
 
 
