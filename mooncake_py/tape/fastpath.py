@@ -157,7 +157,8 @@ def _binary(ufunc, opname, reflected):
         pb_const=pb2 if reflected else pb1,
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
     ns = dict(_SHARED, Tape=Tape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
-              RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray, dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
+              RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray,
+              dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
     exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)
     return ns[name]
