@@ -141,3 +141,24 @@ def test_inner_solve_derivatives_match_public_solve(kw):
         np.testing.assert_allclose(p, q, rtol=1e-11, atol=1e-12)
     for p, q in zip(mp.hvp(g, argnums=(0, 1))(A, b, vs), fd_hvp(g, (A, b), vs)):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+# --- scatter_add: basic indices by assignment, the rest by np.add.at ----------------------------
+@pytest.mark.parametrize("shape,index,vshape", [
+    ((6, 5), (slice(1, 4), None, slice(None)), (3, 1, 5)),
+    ((6, 5), (np.int64(2), Ellipsis), (5,)),
+    ((6, 5), (-1, slice(None, None, 2)), (3,)),
+    ((6,), (slice(None), None), (6, 1)),
+    ((6, 5), slice(0, 6, 4), (1, 5)),          # broadcast values
+    ((6, 5), (np.array([1, 1, 3]),), (3, 5)),  # repeats: accumulate
+    ((6,), True, (1, 6)),                       # a boolean key: not basic
+])
+def test_scatter_add_matches_add_at(shape, index, vshape):
+    from mooncake_py.rules.cotangents import scatter_add, _is_basic
+    values = rng.standard_normal(vshape)
+    want = np.zeros(shape)
+    np.add.at(want, index, values)
+    np.testing.assert_array_equal(scatter_add(shape, index, values), want)
+    assert _is_basic(index) == (not isinstance(index, (bool, tuple)) or
+                                 (isinstance(index, tuple) and
+                                  not any(isinstance(k, np.ndarray) for k in index)))

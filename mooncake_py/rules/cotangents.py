@@ -22,8 +22,23 @@ def scatter_add(shape, index, values):
     """A zero array of ``shape`` (dtype and array type of ``values``) with ``values`` added at
     ``index``; repeated integer indices accumulate. Linear in ``values``."""
     out = np.zeros_like(values, shape=shape)
-    np.add.at(out, _index_like(index, out), values)
+    if _is_basic(index):  # no position twice: an assignment, not NumPy's unbuffered add.at
+        out[index] = values
+    else:
+        np.add.at(out, _index_like(index, out), values)
     return out
+
+
+_BASIC = (int, np.integer, slice)
+
+
+def _is_basic(index):
+    """Ints, slices, Ellipsis and None only (``rules.indexing.is_basic_index``, which imports
+    this module): such an index selects no position twice."""
+    for k in index if type(index) is tuple else (index,):
+        if not (k is None or k is Ellipsis or (isinstance(k, _BASIC) and type(k) is not bool)):
+            return False
+    return True
 
 
 class IndexedCotangent:
