@@ -107,3 +107,20 @@ def test_a_rule_registered_after_mixing_is_used(monkeypatch):
     monkeypatch.setitem(RRULES, np.cos, lambda args, kw, needs: builtin(args, kw, needs))
     _check(c, g, (x,))
     assert plan.runs == 1  # the segment was not run
+
+
+def test_float_arguments_and_an_output_the_result_does_not_reach():
+    def f(x, a):
+        s = a * 1.0
+        for i in range(8):
+            s = s * 0.5 + np.sin(x[i] * a)
+        unused = s * 3.0                    # read after the segment, by a comparison only:
+        t = np.sum(np.exp(x))               # its cotangent never comes
+        return t * s if unused < t + 100.0 else t
+    x = np.linspace(-1.0, 1.0, 8)
+    c = mp.prepare_gradient_cache(f, x, 0.7, compile=True)
+    for k in range(3):
+        _check(c, f, (x * (1 + k), 0.7 + 0.1 * k))
+    plan = c._replay.plan
+    assert type(plan) is compiled.MixedPlan and plan.runs == 2
+    assert plan.segments[0].external == (1, 0)  # the float argument a, then x
