@@ -62,6 +62,7 @@ from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, 
 MAX_STEPS = 5_000_000
 
 _F64 = np.float64
+_F64_DT = np.dtype(np.float64)
 _ARITH = {operator.add: 1, operator.sub: 2, operator.mul: 3, operator.truediv: 4}
 _CMP = {np.greater: (">", 5), np.greater_equal: (">=", 6), np.less: ("<", 7),
         np.less_equal: ("<=", 8), np.equal: ("==", 9), np.not_equal: ("!=", 10)}
@@ -616,15 +617,12 @@ def _number(v):
     return None
 
 
-_F64_DTYPE = np.dtype(np.float64)
-
-
 def _f64_array(v, shape):
     """Whether ``v`` is a native float64 ndarray of ``shape`` (what the kernels take)."""
     if type(v) is not np.ndarray or v.shape != shape:
         return False
     dt = v.dtype
-    return dt is _F64_DTYPE or dt == _F64_DTYPE
+    return dt is _F64_DT or dt == _F64_DT
 
 
 def _check_leaves(leaves, shapes):
@@ -902,7 +900,6 @@ def compile_plan(plan, leaves, dual=False):
 # Runs of compilable steps shorter than this stay Python replay: a segment costs two kernel
 # calls and a few µs of Python around them, about what the Python replay of ~10 steps costs.
 MIN_SEGMENT = 16
-_F64_DT = np.dtype(np.float64)
 
 
 def _refs(tmpl, out):
