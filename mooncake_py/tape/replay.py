@@ -53,7 +53,7 @@ from ..rules.broadcasting import shape_of
 from ..rules.derivative_table import load_for
 from ..rules.mutation import MUTATORS
 from ..rules.registry import RRULES, COMPOSITES, ZERO_DERIVATIVE
-from . import fastpath
+from . import dual_scalars, fastpath
 from .pullbacks import ItemRead
 from .tape import ComplexTape, Tape
 from .tracked import TrackedArray
@@ -63,6 +63,11 @@ MAX_FAILURES = 3
 
 _SLOT, _CONST, _SEQ_T = 0, 1, 2
 _OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN, _SUM = 0, 1, 2, 3, 4, 5, 6
+# Kinds of a dual plan's run-time steps (Plan.dual_steps; never in Plan.steps): an _OP step on
+# dual scalars, run as the dual-scalar short paths of dual_scalars.py record it
+_DITEM, _DBIN, _DUNARY = 7, 8, 9
+_DUAL = [dual_scalars.DualArray]
+_DUAL_NODES = (dual_scalars.binary_node, dual_scalars.unary_node)
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
 _add_reduce = np.add.reduce
@@ -310,13 +315,28 @@ class Plan:
         ys = [values[r] if k == _SLOT else None for k, r in self.outs]
         return outs, self.sweep(values, pbs, ys, seeds)
 
+    def dual_steps(self):
+        """:attr:`steps` with each _OP step that a fresh recording on dual scalars makes by
+        the short paths of dual_scalars.py (``x[i]``, ``+ - * /``, the unary ufuncs, with a
+        float64 scalar output) as a step that runs that short path: the same forward
+        computation and the same pullback object as the recording, so the results are
+        bitwise those of ``mp.hvp``, with no rule, dual dispatch or frule wrapper in between.
+        Each such step keeps its _OP step, run instead when the short path does not apply."""
+        d = getattr(self, "_dual_steps", None)
+        if d is None:
+            d = self._dual_steps = [_dual_step(st) for st in self.steps]
+        return d
+
     def forward(self, leaves):
         """Every node's value and pullback, recomputed for ``leaves``; raises _Failed."""
         values = [None] * self.n
         for node, leaf in zip(self.inputs, leaves):
             values[node] = np.float64(leaf) if type(leaf) is float else leaf
         pbs = [None] * self.n
-        for step in self.steps:
+        steps = self.steps
+        if leaves and type(leaves[0]) is _DUAL[0]:
+            steps = self.dual_steps()
+        for step in steps:
             kind = step[0]
             if kind == _ITEM:
                 _, fn, node, p, key, pb = step
@@ -362,21 +382,38 @@ class Plan:
                 values[node] = y
                 pbs[node] = fastpath._sum_pullback(shape)
             elif kind == _OP:
-                _, fn, rule, tmpl, kw, needs, node, shape, dt = step
-                if RRULES.get(fn) is not rule:  # a rule registered since the recording
-                    raise _Failed()
-                out, pb = rule(_fill(tmpl, values), kw, needs)
-                t = type(out)
-                if t is float:
-                    out, t = np.float64(out), _F64
-                if t is np.ndarray or t is _F64:  # (the common outputs: no generic look-ups)
-                    if pb is None or out.dtype != dt or out.shape != shape:
-                        raise _Failed()
-                elif pb is None or getattr(out, "dtype", None) != dt or \
-                        tuple(shape_of(out)) != shape:
-                    raise _Failed()
-                values[node] = out
-                pbs[node] = pb
+                _general_op(step, values, pbs)
+            elif kind == _DITEM:
+                _, node, p, key, step = step
+                d = values[p]
+                if type(d) is _DUAL[0] and RRULES.get(operator.getitem) is step[2]:
+                    tag = d._tag
+                    v, t = d._value, d._tangent
+                    if not tag._watch and not tag.lanes and type(v) is np.ndarray and \
+                            type(t) is np.ndarray:
+                        y = v[key]
+                        if type(y) is _F64:
+                            ty = t[key]
+                            if type(ty) is _F64:
+                                values[node] = _DUAL[0](y, ty, tag)
+                                pbs[node] = ItemRead(v.shape, key)
+                                continue
+                _general_op(step, values, pbs)
+            elif kind == _DBIN:
+                _, node, fn, ka, ra, kb, rb, step = step
+                made = _DUAL_NODES[0](fn, values[ra] if ka == _SLOT else ra,
+                                      values[rb] if kb == _SLOT else rb)
+                if made is None:
+                    _general_op(step, values, pbs)
+                else:
+                    values[node], pbs[node] = made
+            elif kind == _DUNARY:
+                _, node, fn, p, step = step
+                made = _DUAL_NODES[1](fn, values[p])
+                if made is None:
+                    _general_op(step, values, pbs)
+                else:
+                    values[node], pbs[node] = made
             elif kind == _GUARD:
                 _, fn, tmpl, kw, seen = step
                 args = _fill(tmpl, values)
@@ -408,6 +445,45 @@ class Plan:
             return tape.gradient(ys, entries, seeds=seeds)
         finally:
             tape.close()
+
+
+def _dual_step(step):
+    if step[0] != _OP:
+        return step
+    _, fn, rule, tmpl, kw, needs, node, shape, dt = step
+    if kw or shape != () or dt != _F64_DT or rule is not fastpath._BUILTIN.get(fn):
+        return step
+    if fn is operator.getitem:
+        if len(tmpl) == 2 and tmpl[0][0] == _SLOT and tmpl[1][0] == _CONST:
+            return (_DITEM, node, tmpl[0][1], tmpl[1][1], step)
+        return step
+    op = dual_scalars._OPS.get(fn)
+    if op is None or len(tmpl) != op.nin or any(k not in (_SLOT, _CONST) for k, _ in tmpl):
+        return step
+    if op.nin == 1:
+        return (_DUNARY, node, fn, tmpl[0][1], step) if tmpl[0][0] == _SLOT else step
+    (ka, ra), (kb, rb) = tmpl
+    return (_DBIN, node, fn, ka, ra, kb, rb, step)
+
+
+def _general_op(step, values, pbs):
+    """Run an _OP step: its rule called on the values of its slots (raises _Failed when the
+    output is not of the shape and dtype recorded)."""
+    _, fn, rule, tmpl, kw, needs, node, shape, dt = step
+    if RRULES.get(fn) is not rule:  # a rule registered since the recording
+        raise _Failed()
+    out, pb = rule(_fill(tmpl, values), kw, needs)
+    t = type(out)
+    if t is float:
+        out, t = np.float64(out), _F64
+    if t is np.ndarray or t is _F64:  # (the common outputs: no generic look-ups)
+        if pb is None or out.dtype != dt or out.shape != shape:
+            raise _Failed()
+    elif pb is None or getattr(out, "dtype", None) != dt or \
+            tuple(shape_of(out)) != shape:
+        raise _Failed()
+    values[node] = out
+    pbs[node] = pb
 
 
 def _observing(conv, general):
