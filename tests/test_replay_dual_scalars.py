@@ -1,0 +1,120 @@
+"""Dual replay of scalar steps (replay.Plan.dual_steps): a prepared HVP cache runs the plan's
+``x[i]``, ``+ - * /`` and unary-ufunc steps on dual scalars through dual_scalars.py's short
+paths. Its value, gradient and H·v must be bitwise those of a fresh recording (``mp.hvp`` and
+an unreplayed cache), and H·v must match finite differences of the gradient."""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from benchmarks.namespaces import numpy_namespace
+from benchmarks.suite import CASES
+from mooncake_py.tape import replay
+
+
+def _same(a, b):
+    la, lb = mp.ravel_pytree(a)[0], mp.ravel_pytree(b)[0]
+    return type(a) is type(b) and np.array_equal(la, lb) and la.dtype == lb.dtype
+
+
+def _check_bitwise(cache, f, v, args):
+    nums = cache.spec.float_args
+    got = mp.value_and_hvp(cache, f, v, *args)
+    want = mp.value_and_hvp(mp.prepare_hvp_cache(f, *args, replay=False), f, v, *args)
+    for a, b in zip(got, want):
+        assert _same(a, b), (a, b)
+    argnums = nums[0] if len(args) == 1 else tuple(nums)
+    vs = v if len(args) == 1 else tuple(v[i] for i in nums)
+    hv = mp.hvp(f, argnums=argnums)(*args, vs)
+    if len(args) == 1:
+        assert _same(got[2], hv)
+    else:
+        for i, h in zip(nums, hv):
+            assert _same(got[2][i], h)
+    return got
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_suite_case_replay_is_bitwise_fresh(name):
+    case = CASES[name]
+    f = case.bind(numpy_namespace())
+    rng = np.random.default_rng(3)
+    cache = None
+    for k in range(3):
+        args = case.make_inputs(np.random.default_rng(k))
+        if cache is None:
+            cache = mp.prepare_hvp_cache(f, *args)
+        v = tuple(rng.standard_normal(np.shape(a)) if i in cache.spec.float_args else None
+                  for i, a in enumerate(args))
+        _check_bitwise(cache, f, v[0] if len(args) == 1 else v, args)
+    assert cache._replay.replays == (0 if case.mutates else 2)
+
+
+def _loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.sin(x[i]) * x[i - 1] - 2 * x[i] + 3.0 / (1.5 + x[i] ** 2)
+    return s
+
+
+def _mixed(x):
+    a, b, c = x[0, 1], x[np.int64(1), -1], x[(1, 0)]
+    u = np.add(a, b) * np.multiply(2.0, c) - np.true_divide(c, 3)  # ufuncs called directly
+    w = -np.exp(a) + np.log(np.abs(b) + 1.0) * np.tanh(c) + np.sqrt(a * a + 1.0)
+    z = 1 - a + (b - 0.5) * c / 4 + np.cos(u) * np.float64(0.25) + 7 // 2 * w
+    return z * u + np.sum(x ** 2) * a + x[0, 0] * np.array(2.0)  # (a 0-d array constant)
+
+
+def _branch(x):
+    s = x[0] * x[1]
+    if s > 0:
+        return np.sin(s) + x[2] * x[2]
+    t = 0.0
+    for i in range(3):
+        t = t + np.exp(x[i]) / (2.0 + x[i] * x[i])
+    return t
+
+
+def _plan_kinds(cache):
+    return {st[0] for st in cache._replay.plan.dual_steps()}
+
+
+def test_scalar_steps_run_the_short_paths_and_stay_bitwise():
+    rng = np.random.default_rng(0)
+    for f, shape in ((_loop, (7,)), (_mixed, (2, 3))):
+        x0 = rng.standard_normal(shape)
+        cache = mp.prepare_hvp_cache(f, x0)
+        for k in range(4):
+            x = x0 * (1 + 0.1 * k) + 0.05 * k
+            _check_bitwise(cache, f, rng.standard_normal(shape), (x,))
+        assert cache._replay.replays == 3
+        assert {replay._DITEM, replay._DBIN, replay._DUNARY} <= _plan_kinds(cache)
+        # the plan kept for the compiled kernel still holds the general steps
+        assert all(st[0] in (replay._OP, replay._GUARD, replay._OBSERVE)
+                   for st in cache._replay.plan.steps)
+
+
+def test_branch_flips_rerecord_and_stay_bitwise():
+    rng = np.random.default_rng(1)
+    pos, neg = np.array([1.0, 2.0, 0.5]), np.array([-1.0, 2.0, 0.3])
+    cache = mp.prepare_hvp_cache(_branch, pos)
+    r = cache._replay
+    for x in (pos, pos * 1.5, neg, neg * 0.5, pos * 0.7, pos * 0.6):
+        _check_bitwise(cache, _branch, rng.standard_normal(3), (x,))
+    assert r.replays == 3 and r.failures == 0  # (each flip re-planned; the next call replays)
+
+
+@pytest.mark.parametrize("f,shape", [(_loop, (6,)), (_mixed, (2, 3)), (_branch, (3,))])
+def test_replayed_hvp_matches_finite_differences_of_the_gradient(f, shape):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape) + (1.0 if f is _branch else 0.0)
+    v = rng.standard_normal(shape)
+    cache = mp.prepare_hvp_cache(f, x)
+    mp.value_and_hvp(cache, f, v, x)
+    _, g, hv = mp.value_and_hvp(cache, f, v, x)
+    assert cache._replay.replays == 1
+    grad = mp.grad(f)
+    h = 1e-6
+    fd = (grad(x + h * v) - grad(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(g, grad(x))
+
