@@ -68,6 +68,8 @@ _OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN, _SUM = 0, 1, 2, 3, 4, 5, 6
 _DITEM, _DBIN, _DUNARY = 7, 8, 9
 _DUAL = [dual_scalars.DualArray]
 _DUAL_NODES = (dual_scalars.binary_node, dual_scalars.unary_node)
+_binary_node = dual_scalars._binary_node
+_MAX_INT = dual_scalars._MAX_INT  # (int constants dual_scalars takes as exact float64s)
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
 _add_reduce = np.add.reduce
@@ -400,9 +402,10 @@ class Plan:
                                 continue
                 _general_op(step, values, pbs)
             elif kind == _DBIN:
-                _, node, fn, ka, ra, kb, rb, step = step
-                made = _DUAL_NODES[0](fn, values[ra] if ka == _SLOT else ra,
-                                      values[rb] if kb == _SLOT else rb)
+                _, node, fn, op, ka, ra, kb, rb, step = step
+                made = _dual_binary(op, fn, values[ra] if ka == _SLOT else ra,
+                                    values[rb] if kb == _SLOT else rb) \
+                    if RRULES.get(fn) is op.builtin else None
                 if made is None:
                     _general_op(step, values, pbs)
                 else:
@@ -463,7 +466,41 @@ def _dual_step(step):
     if op.nin == 1:
         return (_DUNARY, node, fn, tmpl[0][1], step) if tmpl[0][0] == _SLOT else step
     (ka, ra), (kb, rb) = tmpl
-    return (_DBIN, node, fn, ka, ra, kb, rb, step)
+    return (_DBIN, node, fn, op, ka, ra, kb, rb, step)
+
+
+def _dual_binary(op, fn, a, b):
+    """dual_scalars.binary_node's checks for a step whose op and rule are known (the rule
+    checked by the caller), then its node; None where the general rule must run."""
+    D = _DUAL[0]
+    if type(a) is D:
+        tag = a._tag
+        pa, ta = a._value, a._tangent
+        if type(pa) is not _F64 or type(ta) is not _F64:
+            return None
+        if type(b) is D:
+            pb, tb = b._value, b._tangent
+            if b._tag is not tag or type(pb) is not _F64 or type(tb) is not _F64:
+                return None
+            present = (True, True)
+        else:
+            t = type(b)
+            if not (t is _F64 or t is float or (t is int and -_MAX_INT <= b <= _MAX_INT)):
+                return None
+            pb, tb, present = b, None, (True, False)
+    elif type(b) is D:
+        tag = b._tag
+        pb, tb = b._value, b._tangent
+        t = type(a)
+        if type(pb) is not _F64 or type(tb) is not _F64 or \
+                not (t is _F64 or t is float or (t is int and -_MAX_INT <= a <= _MAX_INT)):
+            return None
+        pa, ta, present = a, None, (False, True)
+    else:
+        return None
+    if tag._watch or tag.lanes:
+        return None
+    return _binary_node(op, fn, a, b, pa, ta, pb, tb, present, tag)
 
 
 def _general_op(step, values, pbs):
@@ -716,12 +753,19 @@ def _make_plan(tape, tr, y, args, nums, before, dual=False):
 
 def _finisher(tr, args, nums, dual=False):
     """How a plan's cotangents become the gradients: ``tr.structure``, or for arguments that
-    are all plain arrays (one leaf each, no container to rebuild) the same conversion
-    (``api._as_gradient``) applied leaf by leaf."""
-    if dual or not all(type(args[i]) is np.ndarray for i in nums):
+    are all plain arrays (one leaf each, no container to rebuild; with ``dual`` all duals) the
+    same conversion (``api._as_gradient``) applied leaf by leaf. (``_as_gradient`` hands a
+    dual cotangent back as it is, whatever the leaf, so that case skips the call.)"""
+    leaf_type = _dual_type() if dual else np.ndarray
+    if not all(type(args[i]) is leaf_type for i in nums):
         return tr.structure
     as_gradient = _api("_as_gradient")
     protos = [np.empty(0, args[i].dtype) for i in nums]  # (dtype and type are what it reads)
+    if dual:
+        def finish(cts):
+            return [c if type(c) is leaf_type else as_gradient(c, p)
+                    for c, p in zip(cts, protos)]
+        return finish
 
     def finish(cts):
         return [as_gradient(c, p) for c, p in zip(cts, protos)]
