@@ -8,7 +8,10 @@ generic output checks; the sweep (:meth:`Tape._sweep`) adds an :class:`ItemRead`
 straight into its array's buffer.
 
 Every shortcut applies only where its result is the one the general path would give: a plain
-:class:`Tape` (no writes recorded, no complex values, not closed, not in debug mode), plain
+:class:`Tape` (no complex values, not closed, not in debug mode) — or, for scalar arithmetic
+and unary ops, a :class:`MutatingTape` whose operands were all made after its last write (a
+float64 scalar is a copy, and MutatingTape.record checks only handles older than the last write,
+so it would add nothing; ``y[i, j] = f(x[i, j])`` loops keep their short paths), plain
 float64 values (never duals: forward-over-reverse takes the general path), and no other
 transformation's values among the operands. Anything else goes the general way.
 """
@@ -23,7 +26,7 @@ from ..rules.registry import RRULES
 from ..dual.dual_array import DualArray
 from . import dual_scalars, tape as _tape_module
 from .pullbacks import ItemRead
-from .tape import Tape, _SWEEPING
+from .tape import MutatingTape, Tape, _SWEEPING
 from .tracked import TrackedArray
 
 _F64 = np.float64
@@ -110,12 +113,15 @@ _TEMPLATE = """
 def {name}(self, other):
     tape = self._tape
     v = self._value
-    if type(tape) is Tape and type(v) is _F64 and not tape._debug:
+    tt = type(tape)
+    if (tt is Tape or (tt is MutatingTape and self._node >= tape._max_write)) and \
+            type(v) is _F64 and not tape._debug:
         t = type(other)
         if t is TrackedArray:
             w = other._value
             if other._tape is tape and type(w) is _F64 and _SWEEPING.get() <= tape._level \
-                    and RRULES.get(ufunc) is builtin:
+                    and RRULES.get(ufunc) is builtin and \
+                    (tt is Tape or other._node >= tape._max_write):
                 {ab}
                 y = {y}
                 if type(y) is _F64:
@@ -156,7 +162,7 @@ def _binary(ufunc, opname, reflected):
         ab_const="a, b = other, v" if reflected else "a, b = v, other",
         pb_const=pb2 if reflected else pb1,
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
-    ns = dict(_SHARED, Tape=Tape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
+    ns = dict(_SHARED, Tape=Tape, MutatingTape=MutatingTape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
               RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray,
               dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
@@ -201,8 +207,11 @@ def _fast_unary(self, ufunc):
         return None
     tape = self._tape
     v = self._value
-    if type(tape) is not Tape or type(v) is not _F64 or tape._debug or \
-            _SWEEPING.get() > tape._level:
+    tt = type(tape)
+    # on a tape that has recorded writes, only values made after the last write: those need
+    # none of MutatingTape.record's freshness checks (module docstring)
+    if (tt is not Tape and (tt is not MutatingTape or self._node < tape._max_write)) or \
+            type(v) is not _F64 or tape._debug or _SWEEPING.get() > tape._level:
         return None
     d1, pullback = how
     if RRULES.get(ufunc) is not _BUILTIN[ufunc]:  # a rule registered since: use it
