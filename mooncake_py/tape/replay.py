@@ -29,9 +29,14 @@ plan does not represent: writes (``x[i] = v``, ``+=`` on arrays, ``out=``), ``li
 constructors, functions implemented as compositions of other ops, multi-output ops, rules
 registered by the user, complex values, values of another transformation (nesting), a write
 into one of its constant arguments, or a constant argument that is not a plain value (number,
-string, NumPy array or scalar): a random generator or a callable may carry state. Debug mode always records. A guard whose value changes
-with the inputs (``mp.stop_gradient(x)`` used as a constant) makes every replay fail, so such
-a function soon falls back to recording.
+string, NumPy array or scalar): a random generator or a callable may carry state. Debug mode
+always records. A guard whose value changes with the inputs (``mp.stop_gradient(x)`` used as
+a constant) makes every replay fail, so such a function soon falls back to recording.
+
+A plan recorded on dual numbers (HVP and Hessian caches) keeps its ops as general steps (the
+compiled kernel reads them so); :meth:`Plan.dual_steps` runs those on dual scalars (``x[i]``,
+``+ - * /``, the unary ufuncs) through dual_scalars.py's short paths, which a fresh recording
+on a plain Tape takes too, so both give the same bits.
 
 What a replayed function may not do (it would not be re-run): depend on anything but its
 arguments (globals, closures that change, random numbers drawn inside it, the time, NumPy's
