@@ -388,8 +388,22 @@ class Plan:
                     raise _Failed()
                 values[node] = y
                 pbs[node] = fastpath._sum_pullback(shape)
-            elif kind == _OP:
-                _general_op(step, values, pbs)
+            elif kind == _OP:  # (_general_op inline: the gradient plans' common step)
+                _, fn, rule, tmpl, kw, needs, node, shape, dt = step
+                if RRULES.get(fn) is not rule:  # a rule registered since the recording
+                    raise _Failed()
+                out, pb = rule(_fill(tmpl, values), kw, needs)
+                t = type(out)
+                if t is float:
+                    out, t = np.float64(out), _F64
+                if t is np.ndarray or t is _F64:  # (the common outputs: no generic look-ups)
+                    if pb is None or out.dtype != dt or out.shape != shape:
+                        raise _Failed()
+                elif pb is None or getattr(out, "dtype", None) != dt or \
+                        tuple(shape_of(out)) != shape:
+                    raise _Failed()
+                values[node] = out
+                pbs[node] = pb
             elif kind == _DITEM:
                 _, node, p, key, step = step
                 d = values[p]
