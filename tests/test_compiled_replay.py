@@ -188,3 +188,8 @@ def test_several_arguments_pytrees_negative_indices_and_constant_arguments():
             np.testing.assert_allclose(g[k], want_g[k], rtol=1e-14, atol=1e-300)
     # two calls at n=2 then one more (compiled), a changed n records, then compiled again
     assert type(c._replay.plan) is compiled.CompiledPlan and c._replay.plan.runs == 1
+
+
+def test_warmup_loads_the_replay_kernels():
+    assert mp.warmup(dtypes=(), replay_kernels=True) >= 0
+    assert all(compiled._KERNELS[k][0] is not None for k in ("gradient", "hvp", "segment"))
