@@ -23,7 +23,7 @@ from ..config import current_config
 from ..rules.registry import FRULES
 from . import replay as rp
 from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM, _UNARY,
-                     PlanTape, Replayer, _Failed, _copy, _same, _split_leaves)
+                     PlanTape, Replayer, _Failed, _copy, _split_leaves)
 
 
 _F64 = np.float64
@@ -146,17 +146,8 @@ class ForwardPlan:
                 if v.dtype != st.dt or v.shape != st.shape:
                     raise _Failed()
                 P[st.node], T[st.node] = v, tout
-            elif st[0] == _GUARD:
-                _, fn, tmpl, kw, seen = st
-                args = rp._fill(tmpl, P)
-                got = getattr(fn[0], fn[1])(*args, **kw) if type(fn) is tuple else \
-                    fn(*args, **kw)
-                if not _same(got, seen):
-                    raise _Failed()
-            else:
-                _, node, conv, seen = st
-                if conv(P[node]) != seen:
-                    raise _Failed()
+            else:  # a guard or an observation, checked on the primals
+                rp.check_guard(st, P)
         pairs = [_result(DualArray(P[r], T[r], tag) if k == _SLOT else _copy(r), tag)
                  for k, r in self.outs]
         return [p for p, _ in pairs], [t for _, t in pairs]

@@ -388,22 +388,8 @@ class Plan:
                     raise _Failed()
                 values[node] = y
                 pbs[node] = fastpath._sum_pullback(shape)
-            elif kind == _OP:  # (_general_op inline: the gradient plans' common step)
-                _, fn, rule, tmpl, kw, needs, node, shape, dt = step
-                if RRULES.get(fn) is not rule:  # a rule registered since the recording
-                    raise _Failed()
-                out, pb = rule(_fill(tmpl, values), kw, needs)
-                t = type(out)
-                if t is float:
-                    out, t = np.float64(out), _F64
-                if t is np.ndarray or t is _F64:  # (the common outputs: no generic look-ups)
-                    if pb is None or out.dtype != dt or out.shape != shape:
-                        raise _Failed()
-                elif pb is None or getattr(out, "dtype", None) != dt or \
-                        tuple(shape_of(out)) != shape:
-                    raise _Failed()
-                values[node] = out
-                pbs[node] = pb
+            elif kind == _OP:
+                _general_op(step, values, pbs)
             elif kind == _DITEM:
                 _, node, p, key, step = step
                 d = values[p]
@@ -436,17 +422,8 @@ class Plan:
                     _general_op(step, values, pbs)
                 else:
                     values[node], pbs[node] = made
-            elif kind == _GUARD:
-                _, fn, tmpl, kw, seen = step
-                args = _fill(tmpl, values)
-                got = getattr(fn[0], fn[1])(*args, **kw) if type(fn) is tuple else \
-                    fn(*args, **kw)
-                if not _same(got, seen):
-                    raise _Failed()
             else:
-                _, node, conv, seen = step
-                if conv(values[node]) != seen:
-                    raise _Failed()
+                check_guard(step, values)
         return values, pbs
 
     def sweep(self, values, pbs, y, seeds):
@@ -520,6 +497,21 @@ def _dual_binary(op, fn, a, b):
     if tag._watch or tag.lanes:
         return None
     return _binary_node(op, fn, a, b, pa, ta, pb, tb, present, tag)
+
+
+def check_guard(step, values):
+    """Re-check a _GUARD step (the plain value an op gave ``f``) or an _OBSERVE step (``bool``
+    or ``int`` of a traced value) on the replay's ``values``; raises _Failed if it differs."""
+    if step[0] == _GUARD:
+        _, fn, tmpl, kw, seen = step
+        args = _fill(tmpl, values)
+        got = getattr(fn[0], fn[1])(*args, **kw) if type(fn) is tuple else fn(*args, **kw)
+        if not _same(got, seen):
+            raise _Failed()
+    else:
+        _, node, conv, seen = step
+        if conv(values[node]) != seen:
+            raise _Failed()
 
 
 def _general_op(step, values, pbs):
