@@ -123,37 +123,59 @@ def expect_cache(cache, kind, caller):
         f"and call {caller}(c, f, ...).")
 
 
-class GradientCache:
+class ReplayingCache:
+    """What the prepared caches that replay share: pickling keeps what the cache was prepared
+    for and whether it replays, never its plans (the first call after loading records again).
+    A subclass says how to make its replay state (:meth:`_new_replay`) and names, in
+    ``_transient``, the other attributes it rebuilds on loading (:meth:`_rebuild`)."""
+    _transient = ("_replay",)
+
+    def _new_replay(self):
+        raise NotImplementedError
+
+    def _rebuild(self):
+        pass
+
+    def _start_replay(self, replay):
+        self._replay = self._new_replay() if replay else None
+
+    def __getstate__(self):
+        state = {k: v for k, v in self.__dict__.items() if k not in self._transient}
+        state["replay"] = self._replay is not None
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        replay = state.pop("replay", True)
+        self.__dict__.update(state)
+        self._rebuild()
+        self._start_replay(replay)
+
+
+class GradientCache(ReplayingCache):
     """Prepared by :func:`prepare_gradient_cache`; used by :func:`value_and_gradient`.
 
     Pickles like the other caches (when ``f`` does): the gradient function is rebuilt on
     loading, not stored."""
+    _transient = ("_replay", "_vg")
 
     def __init__(self, f, args, replay=True, compile=False):
         self.spec = CacheSpec("gradient", f, args)
-        self._vg = value_and_grad(f, argnums=self.spec.float_args)
         self._compile = compile
-        self._replay = _replayer(compile) if replay else None
+        self._rebuild()
+        self._start_replay(replay)
 
-    def __getstate__(self):
-        return {"spec": self.spec, "replay": self._replay is not None,
-                "compile": self._compile}
-
-    def __setstate__(self, state):
-        self.spec = state["spec"]
+    def _rebuild(self):
         self._vg = value_and_grad(self.spec.f, argnums=self.spec.float_args)
-        self._compile = state.get("compile", False)
-        self._replay = _replayer(self._compile) if state.get("replay", True) else None
+
+    def _new_replay(self):
+        if self._compile:
+            from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
+            return CompilingReplayer()
+        return Replayer()
 
 
-def _replayer(compile):
-    if compile:
-        from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
-        return CompilingReplayer()
-    return Replayer()
-
-
-class PullbackCache:
+class PullbackCache(ReplayingCache):
     """Prepared by :func:`prepare_pullback_cache`; used by :func:`value_and_pullback`.
 
     Pickles when ``f`` does; the replay plan is not stored (the first call after loading
@@ -164,17 +186,10 @@ class PullbackCache:
         y = f(*args)
         self.out_leaves = [_leaf_spec(o) for o in flatten(y)[0]]
         self.out_tree = flatten(y)[1]
-        self._replay = PullbackReplayer() if replay else None
+        self._start_replay(replay)
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_replay"] = self._replay is not None
-        return state
-
-    def __setstate__(self, state):
-        replay = state.pop("_replay", False)
-        self.__dict__.update(state)
-        self._replay = PullbackReplayer() if replay else None
+    def _new_replay(self):
+        return PullbackReplayer()
 
 
 def prepare_gradient_cache(f: Callable[..., Any], *args: Any,

@@ -12,7 +12,7 @@ from .dual.dual_array import DualArray, Tag, _validate, _as_value
 from .errors import (ArgumentError, NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
                      TangentError)
 from .pytree import flatten, leaf_paths, ravel_pytree
-from .caches import CacheSpec, expect_cache
+from .caches import CacheSpec, ReplayingCache, expect_cache
 from .tape.forward_replay import DerivativeReplayer
 
 
@@ -128,23 +128,18 @@ def _jvp_seeded(f, tag, args, has_aux=False):
 
 
 # --- prepared caches --------------------------------------------------------------------------
-class DerivativeCache:
+class DerivativeCache(ReplayingCache):
     """What :func:`prepare_derivative_cache` recorded: the function, the arguments' structure,
     shapes and dtypes, the lane count and the replay state. Use it with
     :func:`value_and_derivative`. Pickles when ``f`` does (the replay plan is not stored: the
     first call after loading records again)."""
-    __slots__ = ("spec", "lanes", "_replay")
 
     def __init__(self, f, args, lanes, replay=True):
         self.spec, self.lanes = CacheSpec("derivative", f, args), lanes
-        self._replay = DerivativeReplayer() if replay else None
+        self._start_replay(replay)
 
-    def __getstate__(self):
-        return {"spec": self.spec, "lanes": self.lanes, "replay": self._replay is not None}
-
-    def __setstate__(self, state):
-        self.spec, self.lanes = state["spec"], state["lanes"]
-        self._replay = DerivativeReplayer() if state.get("replay", False) else None
+    def _new_replay(self):
+        return DerivativeReplayer()
 
     def __repr__(self):
         return (f"DerivativeCache({_fname(self.spec.f)}, {len(self.spec.trees)} argument(s), "

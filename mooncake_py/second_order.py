@@ -14,7 +14,7 @@ import numpy as np
 from . import array_module as am
 from .api import (value_and_grad, _norm_argnums, _fname, is_float_leaf, check_args,
                   _as_gradient, _check_scalar, gc_paused)
-from .caches import CacheSpec, expect_cache
+from .caches import CacheSpec, ReplayingCache, expect_cache
 from .config import current_config
 from .errors import ArgumentError, NonDifferentiableInputError, TangentError
 from .dual.dual_array import DualArray, Tag
@@ -288,48 +288,33 @@ def hessian(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
 
 # --- prepared caches ----------------------------------------------------------------------
-class HVPCache:
+class HVPCache(ReplayingCache):
     """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`. Pickles without
     its plan (the next call records again)."""
 
     def __init__(self, f, args, replay=True, compile=False):
         self.spec = CacheSpec("hvp", f, args)
         self._compile = compile
-        self._replay = _hvp_replayer(compile) if replay else None
+        self._start_replay(replay)
 
-    def __getstate__(self):
-        return {"spec": self.spec, "replay": self._replay is not None,
-                "compile": self._compile}
-
-    def __setstate__(self, state):
-        self.spec = state["spec"]
-        self._compile = state.get("compile", False)
-        self._replay = _hvp_replayer(self._compile) if state.get("replay", True) else None
+    def _new_replay(self):
+        if self._compile:
+            from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
+            return CompilingReplayer(dual=True, kind="hvp")
+        return Replayer(dual=True, kind="hvp")
 
 
-def _hvp_replayer(compile):
-    if compile:
-        from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
-        return CompilingReplayer(dual=True, kind="hvp")
-    return Replayer(dual=True, kind="hvp")
-
-
-class HessianCache:
+class HessianCache(ReplayingCache):
     """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`.
     Pickles without its plans."""
 
     def __init__(self, f, args, chunk_size, replay=True):
         self.spec = CacheSpec("hessian", f, args)
         self.chunk_size = chunk_size
-        self._replay = {} if replay else None  # lane count -> Replayer
+        self._start_replay(replay)
 
-    def __getstate__(self):
-        return {"spec": self.spec, "chunk_size": self.chunk_size,
-                "replay": self._replay is not None}
-
-    def __setstate__(self, state):
-        self.spec, self.chunk_size = state["spec"], state["chunk_size"]
-        self._replay = {} if state.get("replay", True) else None
+    def _new_replay(self):
+        return {}  # lane count -> Replayer, made on first use
 
 
 def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
