@@ -356,7 +356,7 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
     rp = getattr(cache, "_replay", None)
     if rp is not None and len(args) == 1 and nums == (0,):
         # one float64 array: the replayer's own short form of the steps below (None otherwise)
-        out = rp.value_and_hvp_one(f, args[0], v)
+        out = _replayed_hvp_one(rp, f, args[0], v)
         if out is not None:
             return out
     if len(args) == 1:
@@ -371,6 +371,40 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
     if len(args) == 1:
         return value, gs[0] if gs else None, hvs[0] if hvs else None
     return value, _full(len(args), nums, gs), _full(len(args), nums, hvs)
+
+
+_F64_DT = np.dtype(np.float64)
+
+
+def _replayed_hvp_one(replayer, f, x, v):
+    """``(f(x), ∇f, H·v)`` from an HVP cache's dual ``replayer`` for one float64 ndarray ``x``
+    and a float64 ndarray ``v`` of its shape: the steps of :func:`value_and_hvp` (seed a dual,
+    replay, take value, gradient and tangent apart) on that one leaf, without its pytree and
+    argument handling. None when the call is not of that kind (the general path then runs,
+    and raises where it should).
+
+    Example:
+        >>> from mooncake_py.tape.replay import Replayer
+        >>> r = Replayer(dual=True, kind="hvp")
+        >>> f = lambda x: np.sum(x ** 3)
+        >>> y, g, hv = _replayed_hvp_one(r, f, np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        >>> float(y), g.tolist(), hv.tolist()
+        (9.0, [3.0, 12.0], [6.0, 0.0])
+    """
+    if type(x) is not np.ndarray or type(v) is not np.ndarray or x.dtype != _F64_DT or \
+            v.dtype != _F64_DT or v.shape != x.shape:
+        return None
+    tag = Tag(0)
+    try:
+        # (the dual's own tangent, as _seed makes it: f writing into x moves only it)
+        y, grads = replayer.call(f, (DualArray(x, v.copy(), tag),), (0,))
+    finally:
+        tag.close()
+    value = _result(y, tag)[0] if is_float_leaf(y) else y
+    g, = grads
+    if g is None:
+        return value, None, None
+    return (value,) + _result(g, tag)
 
 
 def _full(n, nums, items):

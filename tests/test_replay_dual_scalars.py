@@ -8,6 +8,7 @@ import pytest
 import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
+from mooncake_py.second_order import _replayed_hvp_one
 from mooncake_py.tape import replay
 
 
@@ -122,7 +123,7 @@ def test_replayed_hvp_matches_finite_differences_of_the_gradient(f, shape):
 
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if len(c.argnums) == 1])
 def test_value_and_hvp_one_is_bitwise_value_and_hvp(name):
-    # Replayer.value_and_hvp_one: value_and_hvp's steps on one float64 array, for a direct
+    # second_order._replayed_hvp_one: value_and_hvp's steps on one float64 array, for a direct
     # path in second_order.value_and_hvp; every result must be what the general path gives
     case = CASES[name]
     g, diff = case.closure(numpy_namespace(), case.make_inputs(np.random.default_rng(0)))
@@ -133,7 +134,7 @@ def test_value_and_hvp_one_is_bitwise_value_and_hvp(name):
     for k in range(3):
         xk, v = x * (1 + 0.01 * k), rng.standard_normal(x.shape)
         want = mp.value_and_hvp(cache, g, v, xk)
-        got = r.value_and_hvp_one(g, xk, v)
+        got = _replayed_hvp_one(r, g, xk, v)
         for a, b in zip(got, want):
             assert _same(a, b), (a, b)
     assert r.replays == cache._replay.replays == (0 if case.mutates else 2)
@@ -143,19 +144,19 @@ def test_value_and_hvp_one_declines_other_calls_and_keeps_v():
     r = replay.Replayer(dual=True, kind="hvp")
     f = lambda x: np.sum(x ** 3)  # noqa: E731
     x = np.array([1.0, 2.0])
-    assert r.value_and_hvp_one(f, x.astype(np.float32), x) is None
-    assert r.value_and_hvp_one(f, x, np.ones(3)) is None
-    assert r.value_and_hvp_one(f, [1.0, 2.0], x) is None
-    assert r.value_and_hvp_one(f, x, 1.0) is None
+    assert _replayed_hvp_one(r, f, x.astype(np.float32), x) is None
+    assert _replayed_hvp_one(r, f, x, np.ones(3)) is None
+    assert _replayed_hvp_one(r, f, [1.0, 2.0], x) is None
+    assert _replayed_hvp_one(r, f, x, 1.0) is None
 
     def writes(x):
         x += 1.0  # (moves the dual's own tangent copy, never the caller's v)
         return np.sum(x ** 2)
     v = np.array([1.0, -1.0])
     for _ in range(2):
-        y, g, hv = r.value_and_hvp_one(writes, x.copy(), v)
+        y, g, hv = _replayed_hvp_one(r, writes, x.copy(), v)
         np.testing.assert_array_equal(hv, 2 * v)
     np.testing.assert_array_equal(v, [1.0, -1.0])
     with pytest.raises(ZeroDivisionError):
-        r.value_and_hvp_one(lambda x: 1 / 0, x, v)
-    assert r.value_and_hvp_one(f, x, v)[2].tolist() == [6.0, -12.0]
+        _replayed_hvp_one(r, lambda x: 1 / 0, x, v)
+    assert _replayed_hvp_one(r, f, x, v)[2].tolist() == [6.0, -12.0]

@@ -638,38 +638,6 @@ class Replayer:
         self.planned(self.plan)
         return y, grads
 
-    def value_and_hvp_one(self, f, x, v):
-        """``(f(x), ∇f, H·v)`` for one float64 ndarray argument ``x`` and a float64 ndarray
-        ``v`` of its shape, from this (dual) replayer: the steps of ``value_and_hvp``'s
-        general path (seed a dual, :meth:`call`, take value, gradient and tangent apart) done
-        on that one leaf, without its pytree and argument handling. None when the call is not
-        of that kind (the general path then runs, and raises where it should).
-
-        Example:
-            >>> import numpy as np
-            >>> r = Replayer(dual=True, kind="hvp")
-            >>> f = lambda x: np.sum(x ** 3)
-            >>> y, g, hv = r.value_and_hvp_one(f, np.array([1.0, 2.0]), np.array([1.0, 0.0]))
-            >>> float(y), g.tolist(), hv.tolist()
-            (9.0, [3.0, 12.0], [6.0, 0.0])
-        """
-        if type(x) is not np.ndarray or type(v) is not np.ndarray or x.dtype != _F64_DT or \
-                v.dtype != _F64_DT or v.shape != x.shape:
-            return None
-        D = _dual_type()
-        tag = _api("Tag")(0)
-        try:
-            # (the dual's own tangent, as _seed makes it: f writing into x moves only it)
-            y, grads = self.call(f, (D(x, v.copy(), tag),), (0,))
-        finally:
-            tag.close()
-        result = _api("_result")
-        value = result(y, tag)[0] if _api("is_float_leaf")(y) else y
-        g, = grads
-        if g is None:
-            return value, None, None
-        return (value,) + result(g, tag)
-
     def planned(self, plan):
         """Note whether a recording could be planned. After ``MAX_FAILURES`` recordings in a
         row that could not (writes, say), stop recording on a PlanTape: a plain Tape records
