@@ -212,7 +212,15 @@ def header_lines(machine, config):
             f"- Python {machine.get('python')}, NumPy {machine.get('numpy')}, BLAS: {blas}",
             f"- Frameworks: {versions or 'none'}; threads: {config.get('threads')}",
             f"- Timing: one warm-up call, then samples for about {config.get('budget_s')} s per "
-            "measurement; medians. Results are approximate.", ""]
+            "measurement; medians" + _passes_note(config.get("passes", 1))
+            + ". Results are approximate.", ""]
+
+
+def _passes_note(passes):
+    if passes <= 1:
+        return ""
+    return (f", each cell timed in {passes} passes over the whole suite and the lowest of its "
+            f"{passes} medians kept (every pass's median is in results.json)")
 
 
 def markdown(machine, config, results, scaling=None):

@@ -183,3 +183,19 @@ def test_cases_compute_the_same_value_in_every_namespace(framework):
         want = float(case.fn(ref, *args))
         got = float(case.fn(xp, *convert(args)))
         assert got == pytest.approx(want, rel=1e-12), name
+
+
+def test_passes_keep_each_cells_lowest_median_and_every_failure():
+    from benchmarks.run import merge_passes
+    prim = {"case": "c", "quantity": "primal", "column": "NumPy", "status": "ok"}
+    grad = {"case": "c", "quantity": "gradient", "column": "g", "status": "ok"}
+    hvp = {"case": "c", "quantity": "hvp", "column": "h", "status": "ok"}
+    one = [dict(prim, median_s=2.0), dict(grad, median_s=4.0), dict(hvp, median_s=9.0)]
+    two = [dict(prim, median_s=4.0), dict(grad, median_s=6.0),
+           dict(hvp, status="error", detail="boom")]
+    m = merge_passes([one, two])
+    assert m[0]["median_s"] == 2.0 and m[0]["pass_medians_s"] == [2.0, 4.0]
+    assert m[1]["median_s"] == 4.0 and m[1]["ratio"] == 2.0
+    assert m[2]["status"] == "error"  # a pass that worked does not hide one that failed
+    wrong = dict(grad, median_s=1.0, agrees=False)
+    assert merge_passes([[one[1]], [wrong]])[0]["agrees"] is False
