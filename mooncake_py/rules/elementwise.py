@@ -19,12 +19,70 @@ def ew_pullback(entry, k, g, *xs):
     """Cotangent of input ``k`` of elementwise op ``entry``: ``g * ∂y/∂x_k(xs)``.
 
     ``xs`` are the op's inputs followed by its output ``y``.
+
+    Example (``y = x ** 2``: the cotangent of ``x`` is ``g · 2x``):
+        >>> import numpy as np
+        >>> from mooncake_py.rules.derivative_table import TABLE
+        >>> x = np.array([1.0, -3.0])
+        >>> ew_pullback(TABLE["power"], 0, np.ones(2), x, 2, x ** 2)
+        array([ 2., -6.])
     """
+    fast = _SHORT.get((entry.ufunc, k))
+    if fast is not None and type(g) is np.ndarray:
+        r = fast(g, *xs)
+        if r is not None:
+            return r
     d = entry.np_d1[k](*xs)
     dt = getattr(d, "dtype", None)
     if dt is not None and dt != xs[-1].dtype and dt.kind in "fb":
         d = d.astype(xs[-1].dtype)  # keep float32 float32 (select(...) yields float64)
     return g * d
+
+
+def _same_float(g, a, y):
+    """Whether ``g``, the input ``a`` and the output ``y`` are NumPy float arrays of one dtype,
+    where the short forms below give the table's result operation for operation."""
+    dt = g.dtype
+    return type(a) is np.ndarray and type(y) is np.ndarray and dt.kind == "f" and \
+        a.dtype == dt and y.dtype == dt
+
+
+def _square_pullback(g, a, b, y):
+    # The table's 2·pow(a, 1)·g: pow(a, 1) is a exactly, but NumPy runs it as a general pow
+    # per element (the slowest pass of an MLP's squared-error pullback).
+    if (type(b) is not int and type(b) is not float) or b != 2 or not _same_float(g, a, y):
+        return None
+    d = a * 2
+    if d.shape == g.shape:
+        return np.multiply(g, d, out=d)
+    return g * d
+
+
+def _extremum_pullback(first, greater):
+    """``g · ∂max/∂x`` (``greater``) or ``g · ∂min/∂x`` for input 0 (``first``) or 1: 1 where
+    x wins, ½ at ties (README "Conventions"), 0 elsewhere, as the table's nested selects give,
+    but by one comparison and one product; the tie pass runs only when there are ties."""
+    wins, ties = (np.greater, np.equal) if greater else (np.less, np.equal)
+
+    def pullback(g, a, b, y):
+        x = a if first else b
+        if not _same_float(g, x, y):
+            return None
+        other = b if first else a
+        r = g * wins(x, other)
+        tie = ties(a, b)
+        if tie.any():
+            r = np.where(tie, g * 0.5, r)
+        return r
+    return pullback
+
+
+# (ufunc, input) -> short form of ew_pullback on NumPy arrays, or None to take the table's way
+_SHORT = {(np.power, 0): _square_pullback,
+          (np.maximum, 0): _extremum_pullback(True, True),
+          (np.maximum, 1): _extremum_pullback(False, True),
+          (np.minimum, 0): _extremum_pullback(True, False),
+          (np.minimum, 1): _extremum_pullback(False, False)}
 
 
 def _partial(entry, k):

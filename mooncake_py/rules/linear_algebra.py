@@ -132,6 +132,9 @@ def _matmul(needs, a, b, **kw):
     sa, sb = shape_of(a), shape_of(b)
     need = _need2(needs)
 
+    if len(sa) == 2 and len(sb) == 2:
+        return y, _matrix_product_pullback(needs, need, a, b)
+
     def pullback(g):
         # Promote 1-D operands to matrices as matmul does, then undo it on the cotangents.
         a2 = np.expand_dims(a, 0) if len(sa) == 1 else a
@@ -140,11 +143,25 @@ def _matmul(needs, a, b, **kw):
         g2 = np.expand_dims(g2, -2) if len(sa) == 1 else g2
         ga = gb = None
         if need[0]:
-            ga = np.reshape(unbroadcast(np.matmul(g2, _mT(b2)), shape_of(a2)), sa)
+            ga = _reshaped(unbroadcast(np.matmul(g2, _mT(b2)), shape_of(a2)), sa)
         if need[1]:
-            gb = np.reshape(unbroadcast(np.matmul(_mT(a2), g2), shape_of(b2)), sb)
+            gb = _reshaped(unbroadcast(np.matmul(_mT(a2), g2), shape_of(b2)), sb)
         return _pad(needs, ga, gb)
     return y, pullback
+
+
+def _reshaped(x, shape):
+    """``np.reshape(x, shape)``, or ``x`` itself where it has that shape already: a reshaped
+    view of a fresh product is one that value_and_grad copies again before returning it."""
+    return x if shape_of(x) == shape else np.reshape(x, shape)
+
+
+def _matrix_product_pullback(needs, need, a, b):
+    """The pullback of ``a @ b`` for two matrices: no promotion, no broadcast to undo."""
+    def pullback(g):
+        return _pad(needs, np.matmul(g, _mT(b)) if need[0] else None,
+                    np.matmul(_mT(a), g) if need[1] else None)
+    return pullback
 
 
 @frule(np.matmul, lanes=True)
@@ -754,12 +771,52 @@ def _cholesky(a, upper=False):
     def pullback(g):
         # A = L Lᵀ: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with halved diagonal.
         gL = tr(g) if upper else g
-        p = np.matmul(tr(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
+        ltg = _lower_transposed_times(L, gL)
+        if ltg is None:
+            ltg = np.matmul(tr(L), gL)
+        p = ltg * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
         # L comes from a successful factorisation: it is finite, no need to scan it again
         s = _solve_nonsingular(L, p, trans=trans, lower=True)
         s = tr(_solve_nonsingular(L, tr(s), trans=trans, lower=True))
+        if type(s) is np.ndarray and s.ndim == 2 and s.dtype.kind == "f":
+            # sym(s) in one temporary (the pullback of a plain gradient: nothing records it)
+            out = np.add(s, s.T)
+            out /= 2
+            return (out,)
         return (sym(s),)
     return y, pullback
+
+
+_TRMM = {}  # dtype char -> SciPy's BLAS trmm (None: SciPy missing)
+
+
+def _lower_transposed_times(L, g):
+    """``Lᵀ @ g`` for a lower-triangular real NumPy matrix ``L`` (C- or Fortran-ordered) and a
+    matrix ``g`` of its dtype, by BLAS trmm, which skips the zero triangle: half the flops of
+    the matrix product, ~0.55x its time at n = 128. None for any other operands (stacks,
+    complex, wrapped values: the pullback then multiplies as before)."""
+    if type(L) is not np.ndarray or type(g) is not np.ndarray or L.ndim != 2 or g.ndim != 2:
+        return None
+    dt = L.dtype
+    if dt.char not in "fd" or g.dtype != dt or L.shape[0] != g.shape[0] or not g.size:
+        return None
+    if L.flags.c_contiguous:  # the Fortran matrix L.T is Lᵀ, upper: gᵀ L = gᵀ (Lᵀ)ᵀ
+        a, lower, trans = L.T, 0, 1
+    elif L.flags.f_contiguous:
+        a, lower, trans = L, 1, 0
+    else:
+        return None
+    fn = _TRMM.get(dt.char, False)
+    if fn is False:
+        fn = None
+        if _sla() is not None:
+            from scipy.linalg import blas
+            fn = getattr(blas, {"f": "strmm", "d": "dtrmm"}[dt.char], None)
+        _TRMM[dt.char] = fn
+    if fn is None:
+        return None
+    with small_blas(L, g, lib="scipy"):
+        return fn(1.0, a, g.T, side=1, lower=lower, trans_a=trans).T  # (Lᵀ g)ᵀ = gᵀ L
 
 
 @frule(np.linalg.cholesky, lanes=True)
