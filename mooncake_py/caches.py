@@ -25,7 +25,7 @@ import numpy as np
 from .errors import PreparedCacheSpecError
 from .pytree import flatten, leaf_paths
 from .api import value_and_grad, vjp, is_float_leaf, _fname
-from .tape.replay import PullbackReplayer, Replayer
+from .tape.source_replay import SourcePullbackReplayer, SourceReplayer
 
 
 def _leaf_spec(x):
@@ -172,7 +172,7 @@ class GradientCache(ReplayingCache):
         if self._compile:
             from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
             return CompilingReplayer()
-        return Replayer()
+        return SourceReplayer()
 
 
 class PullbackCache(ReplayingCache):
@@ -189,7 +189,7 @@ class PullbackCache(ReplayingCache):
         self._start_replay(replay)
 
     def _new_replay(self):
-        return PullbackReplayer()
+        return SourcePullbackReplayer()
 
 
 def prepare_gradient_cache(f: Callable[..., Any], *args: Any,

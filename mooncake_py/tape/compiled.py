@@ -73,27 +73,69 @@ _NB_CALLS = {"sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sinh", "cosh", 
              "log1p", "expm1", "abs"}
 
 
-def _unary_ops():
-    """(ufunc, forward source, d1 source, d2 source) for the short path's unary ops, in a fixed
-    order; the derivatives are the table's ``d1``/``d2`` strings in terms of ``a`` (input) and
-    ``y`` (output), as numba source. An op whose derivatives use a call outside ``_NB_CALLS``
-    is left out (its plans stay Python replay)."""
+def table_unary_ops():
+    """(ufunc, table name, d1 expression, d2 expression) for the scalar short path's unary ops
+    whose derivatives the generated replays can spell (calls in ``_NB_CALLS`` only), in a
+    fixed order (the kernels' opcodes follow it). The expressions are the table's ``d1``/``d2``
+    strings, in terms of ``a`` (the input) and ``y`` (the output); :func:`spell` writes them out
+    for a backend (numba here, Python floats in source_replay.py).
+
+    Example:
+        >>> ops = table_unary_ops()
+        >>> [(name, d1) for _, name, d1, _ in ops][:2]
+        [('sin', 'cos(a)'), ('cos', '-sin(a)')]
+    """
     import ast
     out = []
     for name in fastpath._UNARY_NAMES:
         e = TABLE.get(name)
         if e is None or e.ufunc not in fastpath._UNARY or e.d1[0] == "-1":
             continue
-        srcs = []
-        for text in (e.d1[0], e.d2[0]):
-            tree = ast.parse(text, mode="eval")
-            if not _in_vocabulary(tree):
-                break
-            srcs.append(ast.unparse(_Numba().visit(tree)))
-        else:
-            fwd = "ua * ua" if name == "square" else f"np.{name}(ua)"
-            out.append((e.ufunc, fwd, srcs[0], srcs[1]))
+        if all(_in_vocabulary(ast.parse(t, mode="eval")) for t in (e.d1[0], e.d2[0])):
+            out.append((e.ufunc, name, e.d1[0], e.d2[0]))
     return out
+
+
+def spell(expr, call, names):
+    """The table expression ``expr`` as source for one backend: each call's function replaced
+    by ``call(name)`` (a source string), each of ``a``/``y`` by ``names[...]``, and the table's
+    named constants by their values.
+
+    Example:
+        >>> spell("cos(a) * y", lambda f: "np." + f, {"a": "ua", "y": "uy"})
+        'np.cos(ua) * uy'
+    """
+    import ast
+
+    class T(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            node.func = ast.parse(call(node.func.id), mode="eval").body
+            return node
+
+        def visit_Name(self, node):
+            if node.id in CONSTANTS:
+                return ast.Constant(CONSTANTS[node.id])
+            if node.id in names:
+                return ast.Name(names[node.id], ast.Load())
+            return node
+    tree = ast.parse(expr, mode="eval")
+    return ast.unparse(ast.fix_missing_locations(T().visit(tree)).body)
+
+
+def _unary_ops():
+    """(ufunc, forward source, d1 source, d2 source) for :func:`table_unary_ops`, as numba
+    source in the kernels' names (``ua`` input, ``uy`` output)."""
+    out = []
+    names = {"a": "ua", "y": "uy"}
+    for uf, name, d1, d2 in table_unary_ops():
+        fwd = "ua * ua" if name == "square" else f"np.{name}(ua)"
+        out.append((uf, fwd, spell(d1, _np_call, names), spell(d2, _np_call, names)))
+    return out
+
+
+def _np_call(name):
+    return "np." + name
 
 
 def _in_vocabulary(tree):
@@ -105,27 +147,6 @@ def _in_vocabulary(tree):
                 node.id not in CONSTANTS and node.id not in _NB_CALLS:
             return False
     return True
-
-
-class _Numba:
-    """Table vocabulary -> numba source: calls to ``np.<name>``, named constants to literals."""
-
-    def visit(self, tree):
-        import ast
-
-        class T(ast.NodeTransformer):
-            def visit_Call(self, node):
-                self.generic_visit(node)
-                node.func = ast.Attribute(ast.Name("np", ast.Load()), node.func.id, ast.Load())
-                return node
-
-            def visit_Name(self, node):
-                if node.id in CONSTANTS:
-                    return ast.Constant(CONSTANTS[node.id])
-                if node.id in ("a", "y"):  # the kernel's names for the op's input and output
-                    return ast.Name("u" + node.id, ast.Load())
-                return node
-        return ast.fix_missing_locations(T().visit(tree)).body
 
 
 def _acc(p, x, ind, xt=None):
@@ -1179,11 +1200,33 @@ def mix_plan(plan, leaves):
     _, codes = kernel()  # (the opcodes; and no numba: no mixed plan either)
     info = _node_info(plan, leaves)
     specs = [_step_spec(st, info, codes) for st in plan.steps]
+    segments = plan_segments(plan, specs, MIN_SEGMENT)
+    if not segments:
+        return None
+    mixed = MixedPlan.__new__(MixedPlan)
+    mixed.__dict__.update(plan.__dict__)
+    mixed.steps, mixed.parents, mixed.segments = splice_segments(plan, segments, specs, info,
+                                                                 _Segment)
+    mixed.plan, mixed.runs = plan, 0
+    return mixed
+
+
+def plan_segments(plan, specs, min_len, max_len=None, keep=()):
+    """The runs of at least ``min_len`` consecutive steps with a spec (see :func:`_step_spec`)
+    in ``plan``, as (first step, end step, first node, outputs: the nodes made in the run that
+    a later step reads, the plan's output, or a node of ``keep``, which the caller reads after
+    the run); a run longer than ``max_len`` steps is cut into several. Empty when there is none, or when the plan holds a step whose reads are not known
+    here (a kind of step added to replay.py since).
+
+    Example:
+        >>> plan_segments(type("P", (), {"steps": [], "ynode": 0})(), [], 16)
+        []
+    """
     readers = {}
     for s, st in enumerate(plan.steps):
         refs = _step_refs(st)
         if refs is None:
-            return None  # (a step this module does not know: its reads are not known either)
+            return []  # (a step this module does not know: its reads are not known either)
         for p in refs:
             readers.setdefault(p, []).append(s)
     runs, s, m = [], 0, len(specs)
@@ -1194,16 +1237,19 @@ def mix_plan(plan, leaves):
         e = s
         while e < m and specs[e] is not None:
             e += 1
+        while max_len is not None and e - s > max_len:
+            runs.append([s, s + max_len])
+            s += max_len
         runs.append([s, e])
         s = e
-    segments = []  # (first step, end step, first node, outputs)
+    segments = []
     for s, e in runs:
-        while e - s >= MIN_SEGMENT:
+        while e - s >= min_len:
             made = [_step_node(plan.steps[k]) for k in range(s, e)]
             made = [n for n in made if n is not None]
             if not made:
                 break
-            outputs = [n for n in made if n == plan.ynode or
+            outputs = [n for n in made if n == plan.ynode or n in keep or
                        any(not s <= r < e for r in readers.get(n, ()))]
             if made[0] in outputs:  # its first node must hold the segment: start after it
                 while _step_node(plan.steps[s]) != made[0]:
@@ -1212,13 +1258,21 @@ def mix_plan(plan, leaves):
                 continue
             segments.append((s, e, made[0], outputs))
             break
-    if not segments:
-        return None
-    steps, parents, prev = [], list(plan.parents), 0
+    return segments
+
+
+def splice_segments(plan, segments, specs, info, make):
+    """(steps, parents, segment objects) of ``plan`` with each of ``segments`` (from
+    :func:`plan_segments`) replaced by the two kinds of steps :func:`mix_plan` describes;
+    ``make(specs, first node, outputs, info, fns)`` builds a segment object (with
+    ``external``, ``outputs`` and ``n`` as :class:`_Segment` has them, and a ``forward`` that
+    the segment's rule calls)."""
+    steps, parents, prev, made = [], list(plan.parents), 0, []
     for s, e, lo, outputs in segments:
         steps += plan.steps[prev:s]
-        seg = _Segment(specs[s:e], lo, outputs, info,
-                       tuple({st[1] for st in plan.steps[s:e] if st[0] not in (_GUARD, _OBSERVE)}))
+        seg = make(specs[s:e], lo, outputs, info,
+                   tuple({st[1] for st in plan.steps[s:e] if st[0] not in (_GUARD, _OBSERVE)}))
+        made.append(seg)
         steps.append((_OP, _segment_forward, _segment_forward_rule,
                       ((_CONST, seg),) + tuple((_SLOT, p) for p in seg.external), {},
                       (False,) + (True,) * len(seg.external), lo, (seg.n,), _F64_DT))
@@ -1229,12 +1283,7 @@ def mix_plan(plan, leaves):
             parents[node] = (lo,)
         prev = e
     steps += plan.steps[prev:]
-    mixed = MixedPlan.__new__(MixedPlan)
-    mixed.__dict__.update(plan.__dict__)
-    mixed.steps, mixed.parents, mixed.plan, mixed.runs = steps, parents, plan, 0
-    mixed.segments = [seg for seg in (st[3][0][1] for st in steps
-                                      if st[0] == _OP and st[1] is _segment_forward)]
-    return mixed
+    return steps, parents, made
 
 
 _COMPILED = (CompiledPlan, CompiledHVPPlan)

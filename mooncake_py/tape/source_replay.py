@@ -1,0 +1,613 @@
+"""Source replay: the scalar runs of a replay plan as generated straight-line Python.
+
+A replay plan (replay.py) of a scalar loop is thousands of steps, each a few nanoseconds of
+float arithmetic inside a microsecond of interpreter work (the step's tuple, type checks, a
+pullback object, the tape's sweep). Here every run of at least :data:`MIN_RUN` scalar steps
+becomes Python source, written once per plan (on its first replay) and compiled with
+``compile()``: forward statements on Python floats (``v12 = v10 * v11``, ``v13 = _m_sin(v12)``),
+the guards (``if not v12 > 0.5: raise _Failed()``), then the reverse statements on float
+cotangents (``g10 += g12 * v11``). The vocabulary is compiled.py's (:func:`compiled._step_spec`):
+element reads ``x[i]`` / ``x[i, j]`` of float64 arrays, ``+ - * /`` of float64 scalars with
+float or exactly convertible int constants, the unary ops of fastpath.py whose table
+derivatives use the table's elementary calls, comparisons and ``bool`` that ``f`` branched on.
+The derivative expressions are the table's ``d1`` strings spelled with ``math`` functions
+(:func:`compiled.spell`), the binary ones the short paths' formulas.
+
+Two forms:
+
+* a plan made only of such steps reading float64 array arguments (the scalar-loop rows) is
+  one function, forward and reverse, that takes the arrays and returns the value and the
+  gradients (:class:`_WholeProgram`). Its results are the Python replay's bit for bit
+  wherever no transcendental function is involved (``+ - * /`` and ``sqrt`` are correctly
+  rounded in both; the cotangents are summed in the tape's order, and a first contribution
+  is stored, not added to a zero, as the tape does, so -0.0 survives where it does there);
+  ``math.sin`` and NumPy's ``sin`` may differ in the last bit.
+* any other plan keeps its other steps (array ops, BLAS, reductions, steps of kinds this
+  module does not know) as Python replay and has each run replaced by a segment, in the form
+  of compiled.py's mixed plans (:func:`compiled.splice_segments`): a forward step that runs
+  the generated forward code and keeps its values, and output steps; the segment's reverse
+  code runs when the sweep reaches its first node. Results as above, except that a value read
+  from outside the segment gets the segment's cotangents as one sum where the tape adds them
+  one by one (a difference in the last bits when that value has other readers too).
+
+A function holds at most :data:`MAX_RUN` steps (a longer run becomes several segments), which
+bounds the one-time cost: generating and compiling a 3000-step plan takes tens of
+milliseconds (see :data:`TIMES`).
+
+Python floats raise where NumPy returns inf or nan with a RuntimeWarning (``x / 0``,
+``math.log(0)``, ``math.exp(1000)``, ``math.sqrt(-1)``); a call where the generated code
+raises, or whose value or gradient is not finite (NumPy would have warned on the way), is run
+again the ordinary Python-replay way, which gives the recording's results and warnings.
+
+Example:
+    >>> import numpy as np, mooncake_py as mp
+    >>> def f(x):
+    ...     s = 0.0
+    ...     for i in range(len(x)):
+    ...         s = s + np.sin(x[i]) * x[i]
+    ...     return s
+    >>> c = mp.prepare_gradient_cache(f, np.ones(4))
+    >>> _ = mp.value_and_gradient(c, f, np.ones(4))                   # records
+    >>> y, (g,) = mp.value_and_gradient(c, f, np.linspace(0, 1, 4))   # generates, runs
+    >>> type(c._replay.plan).__name__, c._replay.plan.runs
+    ('SourcePlan', 1)
+"""
+import math
+import time
+
+import numpy as np
+
+from ..config import current_config
+from . import compiled as _c
+from .replay import Plan, PullbackReplayer, Replayer, _Failed, _SLOT
+
+# Runs of scalar steps shorter than this stay Python replay: a segment costs a forward step,
+# an output step per value read after it and a few calls, about the replay of ~8 steps.
+MIN_RUN = 8
+# Steps per generated function: compile() time is about linear in the source, a few µs a
+# line; this keeps one function's compile under ~0.1 s and its code object modest.
+MAX_RUN = 4000
+# Seconds spent generating and compiling source, summed over all plans (for benchmarks).
+TIMES = {"generate_s": 0.0, "compile_s": 0.0, "functions": 0}
+
+_F64 = np.float64
+_F64_DT = np.dtype(np.float64)
+_fromiter = np.fromiter
+# Python float arithmetic raises where NumPy gives inf/nan and warns: such a call is replayed
+# the NumPy way instead. (_NonFinite: a non-finite result, where NumPy may have warned.)
+
+
+class _NonFinite(ArithmeticError):
+    """The generated code's value or gradient is not finite: NumPy would have warned."""
+
+
+_FLOAT_ERRORS = (ArithmeticError, ValueError)
+_SYM = {1: "+", 2: "-", 3: "*", 4: "/", 5: ">", 6: ">=", 7: "<", 8: "<=", 9: "==", 10: "!="}
+_MATH = {"arctan": math.atan, "abs": math.fabs}
+_NOTHING = object()  # a plan with no run worth generating: plain Python replay
+
+
+def _namespace():
+    ns = {"_Failed": _Failed, "_inf": math.inf, "_ninf": -math.inf, "_nan": math.nan,
+          "_F64": _F64}
+    for name in _c._NB_CALLS:
+        ns["_m_" + name] = _MATH.get(name) or getattr(math, name)
+    return ns
+
+
+def _unary_table():
+    """opcode -> (forward source, d1 source) templates for the table's unary ops, with
+    ``{a}`` for the input's name and ``{y}`` for the output's."""
+    out = _UNARY_TABLE
+    if not out:
+        for k, (_, name, d1, _) in enumerate(_c.table_unary_ops()):
+            d1 = _c.spell(d1, _math_call, {"a": "__a__", "y": "__y__"})
+            out[_c._UNARY0 + k] = ("{a} * {a}" if name == "square" else f"_m_{name}({{a}})",
+                                   d1.replace("__a__", "{a}").replace("__y__", "{y}"))
+    return out
+
+
+_UNARY_TABLE = {}
+
+
+def _math_call(name):
+    return "_m_" + name
+
+
+def _lit(c):
+    """Source for the float constant ``c`` (exactly: repr round-trips; -0.0 stays -0.0)."""
+    c = float(c)
+    if not math.isfinite(c):
+        return "_nan" if c != c else "_inf" if c > 0 else "_ninf"
+    r = repr(c)
+    return f"({r})" if r.startswith("-") else r
+
+
+def _operand(e, const):
+    return _lit(const) if e is None else f"v{e[1]}"
+
+
+class _Source:
+    """The statements of one run of specs (compiled._step_spec's tuples): the forward pass
+    and, for a set of seeded nodes, the reverse pass. Array elements are read from ``L<node>``
+    (the array as a list) or, when few of a large array's elements are read, ``A<node>``."""
+
+    def __init__(self, specs, unary):
+        self.specs, self.unary = specs, unary
+        reads = {}
+        for code, ea, _, _, _ in specs:
+            if code == 0:
+                reads.setdefault(ea[1], set()).add(ea[2])
+        self.arrays = reads  # array node -> offsets read
+
+    def listed(self, node, size):
+        """Whether array ``node`` is unpacked by ``.tolist()`` (else read by ``.item``)."""
+        return 4 * len(self.arrays[node]) + 16 >= size
+
+    def forward(self, sizes):
+        lines, unary = [], self.unary
+        for code, ea, eb, c, d in self.specs:
+            if code == 0:
+                p, off = ea[1], ea[2]
+                src = f"L{p}[{off}]" if self.listed(p, sizes[p]) else f"A{p}.item({off})"
+                lines.append(f"v{d} = {src}")
+            elif code <= 4:
+                lines.append(f"v{d} = {_operand(ea, c)} {_SYM[code]} {_operand(eb, c)}")
+            elif code <= 10:
+                test = f"{_operand(ea, c)} {_SYM[code]} {_operand(eb, c)}"
+                lines.append(f"if {'not ' if d else ''}{test}: raise _Failed()")
+            elif code == _c._TRUTH:
+                lines.append(f"if {'not ' if d else ''}v{ea[1]}: raise _Failed()")
+            elif code == _c._NEG:
+                lines.append(f"v{d} = -v{ea[1]}")
+            else:
+                lines.append(f"v{d} = " + unary[code][0].format(a=f"v{ea[1]}"))
+        return lines
+
+    def reverse(self, seeded):
+        """(statements, scalar nodes given a cotangent ``g<node>``, per array node the names
+        ``e<node>_<offset>`` of its elements' cotangents) of the sweep from the nodes in
+        ``seeded`` (whose ``g<node>`` the caller assigns first). Every node's cotangent takes
+        its contributions in the tape's order, the first one assigned; an array's elements as
+        the tape's buffer gets them (with one contribution in all, the value itself; with more,
+        each element's first added to 0.0)."""
+        has = set(seeded)
+        lines, marks = [], []  # marks: (line index, array node, offset, expression)
+
+        def give(e, expr):
+            if e is None:
+                return
+            p = e[1]
+            if p in has:
+                lines.append(f"g{p} += {expr}")
+            else:
+                lines.append(f"g{p} = {expr}")
+                has.add(p)
+
+        for code, ea, eb, c, d in reversed(self.specs):
+            if 5 <= code <= _c._TRUTH or d not in has:
+                continue
+            g = f"g{d}"
+            if code == 0:
+                marks.append((len(lines), ea[1], ea[2], g))
+                lines.append(None)
+            elif code == 1:
+                give(ea, g)
+                give(eb, g)
+            elif code == 2:
+                give(ea, g)
+                give(eb, f"-{g}")
+            elif code == 3:
+                give(ea, f"{g} * {_operand(eb, c)}")
+                give(eb, f"{g} * {_operand(ea, c)}")
+            elif code == 4:
+                b = _operand(eb, c)
+                give(ea, f"{g} * (1 / {b})")
+                give(eb, f"{g} * (-v{d} / {b})")
+            elif code == _c._NEG:
+                give(ea, f"-{g}")
+            else:
+                d1 = self.unary[code][1].format(a=f"v{ea[1]}", y=f"v{d}")
+                give(ea, f"{g} * ({d1})")
+        total = {}
+        for _, p, _, _ in marks:
+            total[p] = total.get(p, 0) + 1
+        elems = {}
+        for at, p, off, expr in marks:
+            names = elems.setdefault(p, {})
+            name = names.get(off)
+            if name is not None:
+                lines[at] = f"{name} += {expr}"
+                continue
+            name = names[off] = f"e{p}_{off}"
+            lines[at] = f"{name} = {expr}" if total[p] == 1 else f"{name} = 0.0 + {expr}"
+        return lines, has, elems
+
+
+def _gradient_list(names, size):
+    """Source of a list of ``size`` cotangents: the named elements, 0.0 elsewhere."""
+    if 2 * len(names) >= size:
+        return "[" + ", ".join(names.get(k, "0.0") for k in range(size)) + "]"
+    return None
+
+
+def _build(name, params, body):
+    """Compile ``def name(params): body`` in the generated code's namespace."""
+    t0 = time.perf_counter()
+    src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {ln}\n" for ln in body)
+    t1 = time.perf_counter()
+    code = compile(src, f"<mooncake_py source replay {name}>", "exec")
+    t2 = time.perf_counter()
+    ns = _namespace()
+    exec(code, ns)
+    TIMES["generate_s"] += t1 - t0
+    TIMES["compile_s"] += t2 - t1
+    TIMES["functions"] += 1
+    return ns[name]
+
+
+def _unpack(node, shape, src):
+    """Statements making array ``node`` readable as ``L<node>`` (a list) or ``A<node>``."""
+    if src.listed(node, int(np.prod(shape))):
+        return [f"L{node} = A{node}.tolist()" if len(shape) == 1 else
+                f"L{node} = A{node}.ravel().tolist()"]
+    return []
+
+
+def _array_out(node, shape, elems, lines, var):
+    """Statements setting ``var`` to array ``node``'s cotangent list (or a float64 array)."""
+    size = int(np.prod(shape))
+    lst = _gradient_list(elems, size)
+    if lst is not None:
+        lines.append(f"{var} = {lst}")
+    else:
+        lines.append(f"{var} = [0.0] * {size}")
+        lines.extend(f"{var}[{k}] = {nm}" for k, nm in elems.items())
+
+
+class _WholeProgram:
+    """A plan made only of scalar steps on float64 array arguments, as one generated function
+    ``(arrays) -> (value, cotangent lists)``; :meth:`run` is :meth:`Plan.run`'s equivalent."""
+
+    def __init__(self, plan, specs, shapes, fns, unary):
+        self.shapes, self.fns = shapes, fns
+        self.sizes = [int(np.prod(s)) for s in shapes]
+        src = _Source(specs, unary)
+        ninp = len(plan.inputs)
+        read = [p for p in range(ninp) if p in src.arrays]
+        body = []
+        for p in read:
+            body += _unpack(p, shapes[p], src)
+        body += src.forward({p: self.sizes[p] for p in read})
+        body.append(f"g{plan.ynode} = 1.0")
+        rev, has, elems = src.reverse([plan.ynode])
+        body += rev
+        outs = []
+        for p in range(ninp):
+            if p in elems:
+                _array_out(p, shapes[p], elems[p], body, f"G{p}")
+                outs.append(f"G{p}")
+            else:
+                outs.append("None")
+        body.append(f"return v{plan.ynode}, ({', '.join(outs)},)")
+        self.fn = _build("mp_whole", [f"A{p}" for p in range(ninp)], body)
+
+    def run(self, leaves):
+        if len(leaves) != len(self.shapes):
+            raise _Failed()
+        for leaf, shape in zip(leaves, self.shapes):
+            if not _c._f64_array(leaf, shape):
+                raise _Failed()
+        _c._check_rules(self.fns)
+        y, gs = self.fn(*leaves)
+        if y - y != 0.0:
+            raise _NonFinite()
+        cts = []
+        for g, shape in zip(gs, self.shapes):
+            if g is None:
+                cts.append(np.zeros(shape))
+                continue
+            s = sum(g)
+            if s - s != 0.0:
+                raise _NonFinite()
+            a = _fromiter(g, _F64, len(g))
+            cts.append(a if len(shape) == 1 else a.reshape(shape))
+        return _F64(y), cts
+
+
+class _SegmentState:
+    """A source segment's values in one call: ``values`` (its outputs, by position),
+    ``saved`` (what its reverse reads) and the ``seeds`` its outputs received in the sweep.
+    Stands in the plan for the segment's first node (dtype and shape as its step records)."""
+    __slots__ = ("values", "saved", "seeds", "shape")
+    dtype = _F64_DT
+
+
+class _SourceSegment:
+    """A run of a plan's steps as generated forward and reverse functions, in a mixed plan
+    (the segment object of :func:`compiled.splice_segments`)."""
+
+    def __init__(self, specs, lo, outputs, info, fns):
+        self.fns, self.lo = fns, lo
+        scalars, arrays = {}, {}
+        for _, ea, eb, _, _ in specs:
+            for e in (ea, eb):
+                if e is None:
+                    continue
+                if e[0] == "s" and e[1] < lo:
+                    scalars.setdefault(e[1], None)
+                elif e[0] == "e":
+                    arrays.setdefault(e[1], None)
+        self.scalars, self.arrays = tuple(scalars), tuple(arrays)
+        self.shapes = tuple(info[p][0] for p in self.arrays)
+        self.external = self.scalars + self.arrays
+        self.outputs = {node: k for k, node in enumerate(outputs)}
+        self.n = len(outputs)
+        self.src = _Source(specs, _unary_table())
+        self._fwd = None
+        self._revs = {}  # seeded output nodes (sorted) -> generated reverse
+
+    def _make_forward(self):
+        src = self.src
+        body = [f"v{p} = float(v{p})" for p in self.scalars]
+        sizes = {}
+        for p, shape in zip(self.arrays, self.shapes):
+            sizes[p] = int(np.prod(shape))
+            body += _unpack(p, shape, src)
+        body += src.forward(sizes)
+        saved = self._saved()
+        body.append(f"return [{', '.join(f'v{n}' for n in self.outputs)}], "
+                    f"({', '.join(saved)}{',' if len(saved) == 1 else ''})")
+        self._saved_names = saved
+        self._fwd = _build("mp_segment_forward", [f"v{p}" for p in self.scalars] +
+                           [f"A{p}" for p in self.arrays], body)
+        return self._fwd
+
+    def _saved(self):
+        """The forward values the reverse may read (operands of * and /, unary ops' ins/outs)."""
+        names = []
+        for code, ea, eb, _, d in self.src.specs:
+            if code in (3, 4) or code >= _c._UNARY0:
+                for e in (ea, eb):
+                    if e is not None and e[0] == "s":
+                        names.append(f"v{e[1]}")
+                if code != 3:
+                    names.append(f"v{d}")
+        return list(dict.fromkeys(names))
+
+    def _make_reverse(self, seeded):
+        rev, has, elems = self.src.reverse(seeded)
+        body = []
+        saved = self._saved_names
+        if saved:
+            body.append(f"{', '.join(saved)}{',' if len(saved) == 1 else ''} = S")
+        body += [f"g{n} = float(g{n})" for n in seeded] + rev
+        outs = [f"_F64(g{p})" if p in has else "None" for p in self.scalars]
+        for p, shape in zip(self.arrays, self.shapes):
+            if p in elems:
+                _array_out(p, shape, elems[p], body, f"G{p}")
+                outs.append(f"G{p}")
+            else:
+                outs.append("None")
+        body.append(f"return ({', '.join(outs)},)")
+        fn = _build("mp_segment_reverse", ["S"] + [f"g{n}" for n in seeded], body)
+        self._revs[seeded] = fn
+        return fn
+
+    def forward(self, values):
+        _c._check_rules(self.fns)
+        E = len(self.scalars)
+        for v, shape in zip(values[E:], self.shapes):
+            if not _c._f64_array(v, shape):
+                raise _Failed()
+        fwd = self._fwd or self._make_forward()
+        outs, saved = fwd(*values)
+        for v in outs:
+            if v - v != 0.0:
+                raise _NonFinite()
+        state = _SegmentState()
+        state.values, state.saved, state.seeds, state.shape = outs, saved, {}, (self.n,)
+        return state, lambda g: self.reverse(state)
+
+    def reverse(self, state):
+        seeds = state.seeds
+        if not seeds:
+            return (None,) * len(self.external)
+        seeded = tuple(sorted(self.outputs_of(seeds)))
+        rev = self._revs.get(seeded) or self._make_reverse(seeded)
+        cts = rev(state.saved, *[seeds[self.outputs[n]] for n in seeded])
+        E = len(self.scalars)
+        out = list(cts[:E])
+        for v in out:
+            if v is not None and v - v != 0.0:
+                raise _NonFinite()
+        for g, shape in zip(cts[E:], self.shapes):
+            if g is None:
+                out.append(None)
+                continue
+            s = sum(g)
+            if s - s != 0.0:
+                raise _NonFinite()
+            a = _fromiter(g, _F64, len(g))
+            out.append(a if len(shape) == 1 else a.reshape(shape))
+        return tuple(out)
+
+    def outputs_of(self, seeds):
+        """The output nodes whose positions are the keys of ``seeds``."""
+        nodes = {k: n for n, k in self.outputs.items()}
+        return [nodes[k] for k in seeds]
+
+
+class _MixedSource(Plan):
+    """A plan whose scalar runs are source segments, replayed as a :class:`Plan`."""
+
+
+class SourcePlan:
+    """A replay :class:`~mooncake_py.tape.replay.Plan` whose scalar runs run as generated
+    Python source (module docstring), made on its first replay; used by the replayers exactly
+    as the plan it wraps. ``runs``: calls served by generated code; ``fallbacks``: calls run
+    the Python-replay way after the generated code raised (a float error) or gave a
+    non-finite result.
+
+    Example:
+        >>> import numpy as np
+        >>> r = SourceReplayer()
+        >>> f = lambda x: x[0] * x[1] + x[0] * x[0] + x[1] - 1.0 - x[1] * 2
+        >>> _ = r.call(f, (np.array([1.0, 2.0]),), (0,))        # records, plans
+        >>> y, (g,) = r.call(f, (np.array([3.0, 5.0]),), (0,))  # generates, runs
+        >>> float(y), g.tolist(), r.plan.runs
+        (18.0, [11.0, 2.0], 1)
+    """
+
+    def __init__(self, plan):
+        self.base = plan
+        self.constants, self.finish, self.short = plan.constants, plan.finish, plan.short
+        self._how = None  # None: not made yet; _NOTHING: Python replay; else what runs
+        self.runs = 0
+        self.fallbacks = 0
+
+    def __getattr__(self, name):  # (ytree, outs, steps...: the plan's own)
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def _make(self, leaves):
+        try:
+            how = _source_for(self.base, leaves)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            how = None  # (a plan the generator cannot write: replay it the usual way)
+        self._how = _NOTHING if how is None else how
+        return self._how
+
+    def run(self, leaves):
+        how = self._how or self._make(leaves)
+        if how is _NOTHING:
+            return self.base.run(leaves)
+        try:
+            out = how.run(leaves)
+        except _FLOAT_ERRORS:
+            self.fallbacks += 1
+            return self.base.run(leaves)
+        self.runs += 1
+        return out
+
+    def run_pullback(self, leaves, seeds):
+        how = self._how or self._make(leaves)
+        if how is _NOTHING:
+            return self.base.run_pullback(leaves, seeds)
+        try:
+            out = how.run_pullback(leaves, seeds)
+        except _FLOAT_ERRORS:
+            self.fallbacks += 1
+            return self.base.run_pullback(leaves, seeds)
+        self.runs += 1
+        return out
+
+
+def _source_for(plan, leaves):
+    """What runs ``plan`` with generated source: a :class:`_WholeProgram`, a mixed plan
+    with source segments, or None when it has no run of :data:`MIN_RUN` scalar steps."""
+    codes = _c._opcodes()
+    info = _c._node_info(plan, leaves)
+    specs = [_c._step_spec(st, info, codes) for st in plan.steps]
+    ninp = len(plan.inputs)
+    if plan.ynode is not None and len(specs) <= MAX_RUN and _whole(plan, specs, leaves):
+        fns = tuple({st[1] for st in plan.steps if st[0] not in (_c._GUARD, _c._OBSERVE)})
+        return _WholeProgram(plan, specs, tuple(leaf.shape for leaf in leaves), fns,
+                             _unary_table())
+    keep = () if plan.ynode is not None else \
+        {r for k, r in getattr(plan, "outs", ()) if k == _SLOT}
+    segments = _c.plan_segments(plan, specs, MIN_RUN, MAX_RUN, keep)
+    if not segments:
+        return None
+    mixed = _MixedSource.__new__(_MixedSource)
+    mixed.__dict__.update(plan.__dict__)
+    mixed.steps, mixed.parents, mixed.segments = _c.splice_segments(plan, segments, specs, info,
+                                                                    _SourceSegment)
+    del ninp
+    return mixed
+
+
+def _whole(plan, specs, leaves):
+    """Whether every step of ``plan`` is a scalar step reading only its float64 array
+    arguments and its own scalars, with a scalar value it makes as the output."""
+    ninp = len(plan.inputs)
+    if not specs or any(sp is None for sp in specs) or plan.ynode < ninp or \
+            len(leaves) != ninp or not all(
+                type(x) is np.ndarray and x.dtype == _F64_DT and x.ndim for x in leaves):
+        return False
+    for _, ea, eb, _, _ in specs:
+        for e in (ea, eb):
+            if e is not None and ((e[0] == "s") != (e[1] >= ninp)):
+                return False
+    return True
+
+
+class SourceReplayer(Replayer):
+    """A :class:`~mooncake_py.tape.replay.Replayer` whose plans replay their scalar runs as
+    generated source (:class:`SourcePlan`); guards, the fallback to recording and the give-up
+    after repeated failures are the Replayer's.
+
+    Example:
+        >>> import numpy as np
+        >>> r = SourceReplayer()
+        >>> f = lambda x: sum(x[i] * x[i] for i in range(5))
+        >>> _ = r.call(f, (np.ones(5),), (0,))
+        >>> y, (g,) = r.call(f, (np.arange(5.0),), (0,))
+        >>> float(y), g.tolist()
+        (30.0, [0.0, 2.0, 4.0, 6.0, 8.0])
+    """
+
+    def call(self, f, args, nums):
+        plan = self.plan
+        if type(plan) is SourcePlan and len(args) == 1 and nums == (0,) and \
+                not plan.constants and type(args[0]) is np.ndarray and \
+                args[0].dtype == _F64_DT and not self.disabled and \
+                not current_config().debug_mode:
+            # One float64 array (the common call): the general path's pytree walk skipped.
+            # On any failure the general path runs and decides (guards, recording, counting).
+            try:
+                y, cts = plan.run([args[0]])
+            except Exception:  # noqa: BLE001
+                pass
+            else:
+                self.failures = 0
+                self.replays += 1
+                if plan._how is _NOTHING:
+                    self.plan = plan.base
+                return y, tuple(plan.finish(cts))
+        y, grads = Replayer.call(self, f, args, nums)
+        self.plan = _wrapped(self.plan)
+        return y, grads
+
+
+class SourcePullbackReplayer(PullbackReplayer):
+    """A :class:`~mooncake_py.tape.replay.PullbackReplayer` whose plans replay their scalar
+    runs as generated source (segments; the sweep from the caller's seeds is the plan's).
+
+    Example:
+        >>> import numpy as np
+        >>> r = SourcePullbackReplayer()
+        >>> f = lambda x: sum(x[i] * x[i] for i in range(5))
+        >>> _ = r.call(f, (np.ones(5),), (0,), 1.0)
+        >>> y, (g,) = r.call(f, (np.arange(5.0),), (0,), 2.0)
+        >>> float(y), g.tolist()
+        (30.0, [0.0, 4.0, 8.0, 12.0, 16.0])
+    """
+
+    def call(self, f, args, nums, ybar):
+        out = PullbackReplayer.call(self, f, args, nums, ybar)
+        self.plan = _wrapped(self.plan)
+        return out
+
+
+def _wrapped(plan):
+    """``plan`` as the replayers keep it: a new plan long enough to hold a run of MIN_RUN
+    steps as a :class:`SourcePlan`; a SourcePlan found to have no such run as its plain plan
+    again (no indirection left on its calls)."""
+    t = type(plan)
+    if t is Plan:
+        return SourcePlan(plan) if len(plan.steps) >= MIN_RUN else plan
+    if t is SourcePlan and plan._how is _NOTHING:
+        return plan.base
+    return plan

@@ -1,0 +1,316 @@
+"""Source replay (mooncake_py/tape/source_replay.py): scalar runs of a replay plan as generated
+Python. Every result is compared with the Python replay (replay.Replayer: bitwise where no
+transcendental function is involved) and with a fresh recording."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from benchmarks.namespaces import numpy_namespace
+from benchmarks.suite import CASES
+from mooncake_py.tape import source_replay as sr
+from mooncake_py.tape.replay import Plan, PullbackReplayer, Replayer
+
+
+def _pair(f, args, nums=(0,)):
+    """A Python replayer and a source replayer, both past their recording call."""
+    py, src = Replayer(), sr.SourceReplayer()
+    py.call(f, args, nums)
+    src.call(f, args, nums)
+    return py, src
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert np.array_equal(a.view(np.int64), b.view(np.int64)), (a, b)
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14, atol=1e-300)
+
+
+def _compare(got, want, exact):
+    (y, gs), (y0, gs0) = got, want
+    assert type(y) is type(y0) is np.float64
+    check = _same_bits if exact else _close
+    check(y, y0)
+    assert len(gs) == len(gs0)
+    for g, g0 in zip(gs, gs0):
+        assert type(g) is type(g0) is np.ndarray
+        check(g, g0)
+
+
+@pytest.mark.parametrize("name,exact,form", [
+    ("_sum_1000", True, "_WholeProgram"), ("large_single_block", True, "_WholeProgram"),
+    ("_sum_sin_1000", False, "_WholeProgram"), ("map_sin_cos_exp", False, "_MixedSource"),
+    ("turing_broadcast_benchmark", False, "_MixedSource")])
+def test_suite_rows_equal_python_replay_and_fresh_recording(name, exact, form):
+    case = CASES[name]
+    f = case.bind(numpy_namespace())
+    nums = tuple(case.argnums)
+    args0 = case.make_inputs(np.random.default_rng(0))
+    py, src = _pair(f, args0, nums)
+    for k in (1, 2):
+        args = tuple(a * (1 + 0.01 * k) if i in nums else a for i, a in enumerate(args0))
+        got = src.call(f, args, nums)
+        _compare(got, py.call(f, args, nums), exact)
+        y0, g0 = mp.value_and_grad(f, argnums=nums)(*args)
+        _close(got[0], y0)
+        for g, w in zip(got[1], g0):
+            _close(g, w)
+    plan = src.plan
+    assert type(plan) is sr.SourcePlan and type(plan._how).__name__ == form
+    assert plan.runs == 2 and plan.fallbacks == 0
+
+
+def _mixed(x):
+    v = np.cumsum(x)                      # an array op between scalar runs
+    s = 0.0
+    for i in range(12):
+        s = s + v[i] * x[i] - 0.5 / (1.0 + v[i] * v[i])
+    w = np.tanh(x) * s                    # reads the run's output
+    t = w[0]
+    for i in range(1, 12):
+        t = t * 0.9 + w[i] * x[i]
+    return np.sum(x * x) + t + s
+
+
+def test_mixed_plan_with_array_ops_between_runs():
+    x0 = np.linspace(-1, 1, 12)
+    py, src = _pair(_mixed, (x0,))
+    for x in (x0 * 1.5, x0[::-1] + 0.25):
+        got = src.call(_mixed, (x,), (0,))
+        _compare(got, py.call(_mixed, (x,), (0,)), False)
+        y0, (g0,) = mp.value_and_grad(_mixed, argnums=(0,))(x)
+        _close(got[0], y0)
+        _close(got[1][0], g0)
+    plan = src.plan
+    assert type(plan._how).__name__ == "_MixedSource" and len(plan._how.segments) == 2
+    assert plan.runs == 2
+
+
+def _loop(x):
+    s = 0.0
+    for i in range(len(x)):
+        s = s + x[i] * x[(i + 1) % len(x)] - x[i] / 3
+    return s
+
+
+def test_long_run_split_into_chunks(monkeypatch):
+    monkeypatch.setattr(sr, "MAX_RUN", 40)
+    x0 = np.linspace(0.5, 2, 30)
+    py, src = _pair(_loop, (x0,))
+    got = src.call(_loop, (x0 * 2,), (0,))
+    _compare(got, py.call(_loop, (x0 * 2,), (0,)), False)
+    how = src.plan._how
+    assert type(how).__name__ == "_MixedSource" and len(how.segments) >= 4
+
+
+def _branchy(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] > 0:
+            s = s + x[i] * x[i]
+        else:
+            s = s - 2.0 * x[i]
+        if s:                             # bool of a traced value: a guard too
+            s = s * 1.0
+    return s
+
+
+def test_guards_flip_and_rerecord():
+    x = np.array([1.0, -2.0, 3.0, 4.0, -0.5, 2.0])
+    c = mp.prepare_gradient_cache(_branchy, x)
+    for xi in (x, x * 1.1, -x, -x * 0.9, x):
+        y, (g,) = mp.value_and_gradient(c, _branchy, xi)
+        y0, g0 = mp.value_and_grad(_branchy)(xi)
+        _same_bits(y, y0)
+        _same_bits(g, g0)
+    rp = c._replay
+    assert rp.replays == 2 and not rp.disabled  # (x * 1.1 and -x * 0.9 replayed)
+
+
+def _risky(x):
+    s = 0.0
+    for i in range(4):
+        s = s + x[i] * x[4]
+    return s + x[0] / x[1] + np.log(x[2]) + np.exp(x[3]) + np.sqrt(x[4])
+
+
+@pytest.mark.parametrize("bad", [(1, 0.0), (2, 0.0), (3, 1000.0), (4, -1.0), (2, -1.0)])
+def test_float_errors_fall_back_to_python_replay(bad):
+    x0 = np.array([1.0, 2.0, 3.0, 0.5, 4.0])
+    c = mp.prepare_gradient_cache(_risky, x0)
+    mp.value_and_gradient(c, _risky, x0)
+    mp.value_and_gradient(c, _risky, x0 * 1.5)
+    plan = c._replay.plan
+    assert type(plan) is sr.SourcePlan and plan.runs == 1
+    x = x0.copy()
+    x[bad[0]] = bad[1]
+    with warnings.catch_warnings(record=True) as got_w:
+        warnings.simplefilter("always")
+        y, (g,) = mp.value_and_gradient(c, _risky, x)
+    with warnings.catch_warnings(record=True) as want_w:
+        warnings.simplefilter("always")
+        y0, (g0,) = mp.value_and_grad(_risky, argnums=(0,))(x)
+    _same_bits(y, y0)
+    _same_bits(g, g0)
+    assert sorted(str(w.message) for w in got_w) == sorted(str(w.message) for w in want_w)
+    assert want_w  # NumPy did warn
+    assert plan.fallbacks == 1 and c._replay.plan is plan
+    y, (g,) = mp.value_and_gradient(c, _risky, x0)  # and the next call is generated again
+    assert plan.runs == 2
+
+
+def test_overflow_without_python_error_falls_back():
+    # float * float overflows to inf in Python without an error; NumPy warns: replayed its way
+    f = _loop
+    x0 = np.linspace(0.5, 2, 10)
+    c = mp.prepare_gradient_cache(f, x0)
+    mp.value_and_gradient(c, f, x0)
+    x = x0.copy()
+    x[3] = x[4] = 1e200
+    with warnings.catch_warnings(record=True) as got_w:
+        warnings.simplefilter("always")
+        y, (g,) = mp.value_and_gradient(c, f, x)
+    with warnings.catch_warnings(record=True) as want_w:
+        warnings.simplefilter("always")
+        y0, (g0,) = mp.value_and_grad(f, argnums=(0,))(x)
+    _same_bits(y, y0)
+    _same_bits(g, g0)
+    assert [str(w.message) for w in got_w] == [str(w.message) for w in want_w]
+    assert c._replay.plan.fallbacks == 1
+
+
+def _ints(x):
+    s = 0
+    for i in range(5):
+        s = s + x[i] * 3 - 2 + 7 / x[i] - (2 ** 53) * x[i] + (2 ** 60) * x[i]
+        s = 1 - s
+    return s
+
+
+def test_int_constants_exact():
+    x0 = np.array([1.5, -2.25, 3.0, 0.1, 7.0])
+    py, src = _pair(_ints, (x0,))
+    got = src.call(_ints, (x0 * 1.3,), (0,))
+    _compare(got, py.call(_ints, (x0 * 1.3,), (0,)), True)
+    _compare(got, mp.value_and_grad(_ints, argnums=(0,))(x0 * 1.3), True)
+    assert src.plan.runs == 1  # (2**60 is no exact float64: that step stays Python replay)
+
+
+def _signed_zero(x):
+    a = x[0] * x[1] - x[2] * x[2]
+    b = -x[3] * 0.0 * x[4]
+    c = x[5] * -0.0
+    return a * x[6] + b + c + x[6] * 0.0
+
+
+def test_negative_zero_as_the_tape():
+    x0 = np.array([1.0, -0.0, 0.0, 2.0, -3.0, 4.0, -0.0])
+    py, src = _pair(_signed_zero, (x0,))
+    for x in (x0, -x0, x0 * 2):
+        got = src.call(_signed_zero, (x,), (0,))
+        _compare(got, py.call(_signed_zero, (x,), (0,)), True)
+        _compare(got, mp.value_and_grad(_signed_zero, argnums=(0,))(x), True)
+    assert src.plan.runs == 3
+
+
+def _grid(x, w):
+    s = 0.0
+    for i in range(3):
+        for j in range(4):
+            s = s + x[i, j] * w[7 * i + 3 * j]
+    return s
+
+
+def test_two_dimensional_reads_and_sparse_reads_of_a_large_array():
+    x0, w0 = np.arange(12.0).reshape(3, 4), np.linspace(0, 1, 200)
+    py, src = _pair(_grid, (x0, w0), (0, 1))
+    got = src.call(_grid, (x0 + 1, w0 * 2), (0, 1))
+    _compare(got, py.call(_grid, (x0 + 1, w0 * 2), (0, 1)), True)
+    assert got[1][0].shape == (3, 4) and type(src.plan._how).__name__ == "_WholeProgram"
+
+
+def test_plan_too_short_for_a_segment_stays_plain():
+    f = lambda x: x[0] * x[1] + x[2]    # noqa: E731
+    x = np.array([1.0, 2.0, 3.0])
+    py, src = _pair(f, (x,))
+    _compare(src.call(f, (x * 2,), (0,)), py.call(f, (x * 2,), (0,)), True)
+    assert type(src.plan) is Plan
+
+
+def test_plan_without_a_scalar_run_unwraps():
+    f = lambda x: np.sum(np.sin(x) * x) + np.sum(x[:2] ** 2) + np.sum(np.cos(x) * x ** 2)  # noqa
+    x = np.linspace(0, 1, 5)
+    py, src = _pair(f, (x,))
+    assert type(src.plan) is sr.SourcePlan
+    _compare(src.call(f, (x * 2,), (0,)), py.call(f, (x * 2,), (0,)), True)
+    assert type(src.plan) is Plan  # (no run: the replayer holds the plain plan again)
+
+
+def test_cache_default_pickles_and_replays_source_again():
+    f = _loop
+    x = np.random.default_rng(1).standard_normal(300)
+    c = mp.prepare_gradient_cache(f, x)
+    assert type(c._replay) is sr.SourceReplayer
+    mp.value_and_gradient(c, f, x)
+    want = mp.value_and_gradient(c, f, x * 0.5)
+    c2 = pickle.loads(pickle.dumps(c))
+    assert type(c2._replay) is sr.SourceReplayer and c2._replay.plan is None
+    mp.value_and_gradient(c2, f, x)
+    _compare(mp.value_and_gradient(c2, f, x * 0.5), want, True)
+    _compare(want, Replayer().call(f, (x * 0.5,), (0,)), True)
+    assert c2._replay.plan.runs == 1
+    c3 = pickle.loads(pickle.dumps(mp.prepare_gradient_cache(f, x, replay=False)))
+    assert c3._replay is None
+    _compare(mp.value_and_gradient(c3, f, x * 0.5), want, False)
+
+
+def test_pullback_cache_equals_python_replay_and_vjp():
+    def f(x):
+        s, t = 0.0, 1.0
+        for i in range(6):
+            s = s + x[i] * x[i]
+            t = t * np.cos(x[i])
+        return s, np.sin(x) * t
+    x0 = np.linspace(0.1, 0.6, 6)
+    ybar = (2.0, np.linspace(1, 2, 6))
+    py, src = PullbackReplayer(), sr.SourcePullbackReplayer()
+    py.call(f, (x0,), (0,), ybar)
+    src.call(f, (x0,), (0,), ybar)
+    (ys, ts), (g,) = src.call(f, (x0 * 2,), (0,), ybar)
+    (ys0, ts0), (g0,) = py.call(f, (x0 * 2,), (0,), ybar)
+    _close(ys, ys0)
+    _close(ts, ts0)
+    _close(g, g0)
+    _, pb = mp.vjp(f, x0 * 2)
+    _close(g, pb(ybar)[0])
+    assert type(src.plan) is sr.SourcePlan and src.plan.runs == 1
+    c = mp.prepare_pullback_cache(f, x0)
+    assert type(c._replay) is sr.SourcePullbackReplayer
+
+
+def test_bad_input_then_next_call_works():
+    f = _loop
+    x0 = np.linspace(0.5, 2, 10)
+    c = mp.prepare_gradient_cache(f, x0)
+    mp.value_and_gradient(c, f, x0)
+    mp.value_and_gradient(c, f, x0)
+    with pytest.raises(mp.PreparedCacheSpecError):
+        mp.value_and_gradient(c, f, np.ones(3))
+    _compare(mp.value_and_gradient(c, f, x0 * 3), Replayer().call(f, (x0 * 3,), (0,)), True)
+
+
+def test_one_time_cost_is_recorded():
+    before = dict(sr.TIMES)
+    f = CASES["_sum_1000"].bind(numpy_namespace())
+    x = np.ones(1000)
+    c = mp.prepare_gradient_cache(f, x)
+    mp.value_and_gradient(c, f, x)
+    mp.value_and_gradient(c, f, x)
+    assert sr.TIMES["functions"] == before["functions"] + 1
+    assert sr.TIMES["compile_s"] > before["compile_s"]
