@@ -167,8 +167,21 @@ def _matrix_product_pullback(needs, need, a, b):
 @frule(np.matmul, lanes=True)
 def _matmul_f(primals, tangents, **kw):
     (a, b), (da, db) = primals, tangents
-    return np.matmul(a, b, **kw), _addt(None if da is None else lane_matmul(da, b, True),
-                                        None if db is None else lane_matmul(a, db, False))
+    ta = None if da is None else lane_matmul(da, b, True)
+    tb = None if db is None else lane_matmul(a, db, False)
+    return np.matmul(a, b, **kw), _add_products(ta, tb)
+
+
+def _add_products(ta, tb):
+    """``ta + tb`` for two fresh products (either may be None), into ``ta``'s buffer where it
+    is a NumPy array of the sum's shape and dtype: one output-sized temporary fewer per dual
+    matmul (stacking the two products into one GEMM, ``[ȧ | a] @ [b ; ḃ]`` or ``[a ; ȧ] @ b``,
+    measured no faster at the suite's sizes and cost copies of the operands)."""
+    if ta is None or tb is None or type(ta) is not np.ndarray or type(tb) is not np.ndarray \
+            or ta.shape != tb.shape or ta.dtype != tb.dtype or not ta.flags.writeable:
+        return _addt(ta, tb)
+    ta += tb
+    return ta
 
 
 def _normalize_tensordot_axes(axes, nda, ndb):

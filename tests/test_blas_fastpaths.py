@@ -1,0 +1,213 @@
+"""The short paths of the gradient pullbacks and the dual matmul (issue 13, "blas").
+
+Each short path is compared with the general path it stands for: the derivative table's
+formula (bitwise), the matrix product it replaces (tight tolerance), finite differences and
+frule/rrule consistency (mooncake_py.testing.test_rule).
+"""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.rules import elementwise, linear_algebra as la
+from mooncake_py.rules.derivative_table import TABLE
+from mooncake_py.testing import test_rule as check_rule
+
+RNG = np.random.default_rng(7)
+
+
+def _table_pullback(entry, k, g, *xs):
+    """ew_pullback's general formula: ``g * d`` with the table's derivative, in y's dtype."""
+    d = entry.np_d1[k](*xs)
+    if getattr(d, "dtype", None) is not None and d.dtype != xs[-1].dtype:
+        d = d.astype(xs[-1].dtype)
+    return g * d
+
+
+# --- ew_pullback short forms ----------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_extremum_short_form_is_the_table_formula(name, dtype):
+    entry = TABLE[name]
+    a = RNG.standard_normal((6, 5)).astype(dtype)
+    b = RNG.standard_normal(5).astype(dtype)
+    a[0, :] = b  # ties along a whole row
+    a[1, 2] = np.nan
+    a = a[:, ::1]
+    y = entry.ufunc(a, b)
+    g = RNG.standard_normal((6, 5)).astype(dtype)
+    g[2, 3] = np.inf
+    for k in (0, 1):
+        got = elementwise.ew_pullback(entry, k, g, a, b, y)
+        want = _table_pullback(entry, k, g, a, b, y)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_extremum_short_form_without_ties_and_on_strided_inputs():
+    entry = TABLE["maximum"]
+    a = RNG.standard_normal((8, 12))[:, ::3]  # non-contiguous
+    y = np.maximum(a, 0.0)
+    g = np.asfortranarray(RNG.standard_normal((8, 4)))
+    got = elementwise.ew_pullback(entry, 0, g, a, 0.0, y)
+    np.testing.assert_array_equal(got, _table_pullback(entry, 0, g, a, 0.0, y))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("b", [2, 2.0, 3, 0.5])
+def test_power_short_form_is_the_table_formula(b, dtype):
+    entry = TABLE["power"]
+    a = RNG.standard_normal((4, 7)).astype(dtype)
+    a = np.abs(a) if b == 0.5 else a
+    y = a ** b
+    for g in (RNG.standard_normal((4, 7)).astype(dtype),
+              RNG.standard_normal((3, 4, 7)).astype(dtype)):  # g broadcast over a
+        got = elementwise.ew_pullback(entry, 0, g, a, b, y)
+        want = _table_pullback(entry, 0, g, a, b, y)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_relu_gradient_keeps_the_tie_convention():
+    # 0.5 at ties (README "Conventions"): x = 0 exactly
+    x = np.array([[-1.0, 0.0, 2.0], [0.0, 3.0, -0.5]])
+    g = mp.grad(lambda x: np.sum(np.maximum(x, 0.0) * np.arange(1.0, 4.0)))(x)
+    np.testing.assert_array_equal(g, [[0.0, 1.0, 3.0], [0.5, 2.0, 0.0]])
+    g = mp.grad(lambda x: np.sum(np.minimum(0.0, x)))(x)
+    np.testing.assert_array_equal(g, [[1.0, 0.5, 0.0], [0.5, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize("fn", [np.maximum, np.minimum])
+def test_extremum_rules(fn):
+    check_rule(fn, RNG.standard_normal((4, 3)), RNG.standard_normal(3))
+    check_rule(lambda a: fn(a, 0.1), RNG.standard_normal((5, 4)))
+
+
+def test_square_rules():
+    check_rule(lambda a: a ** 2, RNG.standard_normal((5, 4)))
+    check_rule(lambda a: np.power(a, 2.0), RNG.standard_normal(6))
+
+
+def test_hvp_through_relu_and_square():
+    # forward-over-reverse runs the table's fused dual pullbacks, not the short forms
+    W, X = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 4))
+    f = lambda W: np.sum((np.maximum(W @ X, 0.0) - 1.0) ** 2)
+    v = RNG.standard_normal(W.shape)
+    h = 1e-6
+    fd = (mp.grad(f)(W + h * v) - mp.grad(f)(W - h * v)) / (2 * h)
+    np.testing.assert_allclose(mp.hvp(f)(W, v), fd, rtol=1e-6, atol=1e-7)
+
+
+# --- subtract: negation after the broadcast sum -----------------------------------------------
+def test_outer_difference_gradient():
+    x = RNG.standard_normal(9)
+    w = RNG.standard_normal((9, 9))
+    g = mp.grad(lambda x: np.sum((x[:, None] - x[None, :]) * w))(x)
+    np.testing.assert_array_equal(g, np.sum(w, axis=1) + -np.sum(w, axis=0))
+    check_rule(np.subtract, RNG.standard_normal((3, 1)), RNG.standard_normal((1, 4)))
+    check_rule(np.subtract, RNG.standard_normal(()), RNG.standard_normal((2, 3)))
+
+
+# --- matmul ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matrix_product_gradient(dtype):
+    a = RNG.standard_normal((5, 3)).astype(dtype)
+    b = RNG.standard_normal((3, 4)).astype(dtype)
+    w = RNG.standard_normal((5, 4)).astype(dtype)
+    ga, gb = mp.grad(lambda a, b: np.sum((a @ b) * w), argnums=(0, 1))(a, b)
+    assert ga.dtype == dtype and gb.dtype == dtype
+    np.testing.assert_array_equal(ga, w @ b.T)
+    np.testing.assert_array_equal(gb, a.T @ w)
+    assert ga.flags.writeable and gb.flags.writeable
+
+
+@pytest.mark.parametrize("sa, sb", [((4, 3), (3, 5)), ((3,), (3, 5)), ((4, 3), (3,)),
+                                    ((2, 4, 3), (3, 5)), ((4, 3), (2, 3, 5)), ((3,), (3,))])
+def test_matmul_rules(sa, sb):
+    check_rule(np.matmul, RNG.standard_normal(sa), RNG.standard_normal(sb))
+
+
+# --- the dual matmul: the tangent's sum in place ------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("sa, sb", [((4, 3), (3, 5)), ((3,), (3, 5)), ((4, 3), (3,)),
+                                    ((2, 4, 3), (3, 5)), ((1, 4, 3), (2, 3, 5))])
+def test_dual_matmul_tangent(sa, sb, dtype):
+    a, da = (RNG.standard_normal(sa).astype(dtype) for _ in range(2))
+    b, db = (RNG.standard_normal(sb).astype(dtype) for _ in range(2))
+    da0, db0 = da.copy(), db.copy()
+    y, t = mp.jvp(np.matmul, (a, b), (da, db))
+    assert t.dtype == dtype and t.shape == y.shape
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(t, da @ b + a @ db, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(da, da0)  # the directions are not written
+    np.testing.assert_array_equal(db, db0)
+
+
+def test_dual_matmul_with_lanes():
+    a, b = RNG.standard_normal((4, 3)), RNG.standard_normal((3, 5))
+    f = lambda a: np.sum(np.sin(a @ b))
+    H = mp.hessian(f, chunk_size=4)(a)  # several lanes per sweep
+    cols = [mp.hvp(f)(a, e.reshape(a.shape)) for e in np.eye(a.size)]
+    np.testing.assert_allclose(H.reshape(a.size, a.size), np.array(cols).reshape(a.size, -1).T,
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_dual_matmul_one_tangent_only():
+    a, b, db = (RNG.standard_normal(s) for s in [(4, 3), (3, 5), (3, 5)])
+    y, t = mp.jvp(lambda b: a @ b, (b,), (db,))
+    np.testing.assert_array_equal(t, a @ db)
+
+
+# --- Cholesky pullback: Lᵀ Ḡ by trmm --------------------------------------------------------------
+def _spd(n, dtype, rng=RNG):
+    m = rng.standard_normal((n, n))
+    return (m @ m.T + n * np.eye(n)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_pullback_matches_the_matrix_product_path(upper, dtype, monkeypatch):
+    a = _spd(40, dtype)
+    w = RNG.standard_normal((40, 40)).astype(dtype)
+    f = lambda a: np.sum(np.linalg.cholesky(a, upper=upper) * w)
+    g = mp.grad(f)(a)
+    monkeypatch.setattr(la, "_lower_transposed_times", lambda L, g: None)
+    ref = mp.grad(f)(a)
+    assert g.dtype == dtype
+    tol = 2e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(g, ref, rtol=tol, atol=tol * np.abs(ref).max())
+    np.testing.assert_array_equal(g, g.T)  # symmetric, as before
+
+
+def test_lower_transposed_times():
+    L = np.tril(RNG.standard_normal((6, 6)))
+    g = RNG.standard_normal((6, 4))
+    np.testing.assert_allclose(la._lower_transposed_times(L, g), L.T @ g, rtol=1e-14)
+    np.testing.assert_allclose(la._lower_transposed_times(np.asfortranarray(L), g[::1, ::-1]),
+                               L.T @ g[:, ::-1], rtol=1e-14)
+    assert la._lower_transposed_times(L[::2, ::2], g[::2]) is None  # strided: matmul instead
+    assert la._lower_transposed_times(L.astype(np.float32), g) is None  # mixed dtypes
+    assert la._lower_transposed_times(np.stack([L, L]), g) is None  # stacks
+
+
+def test_cholesky_rules():
+    check_rule(lambda a: np.linalg.cholesky(la._sym(a)), _spd(5, np.float64))
+    check_rule(lambda a: np.linalg.cholesky(la._sym(a), upper=True), _spd(4, np.float64))
+
+
+def test_gp_gradient_against_finite_differences():
+    from benchmarks.namespaces import numpy_namespace
+    from benchmarks.suite import CASES
+    case = CASES["gp_lml"]
+    x, y, s = case.make_inputs(np.random.default_rng(3))
+    x, y = x[:24], y[:24]
+    f = case.bind(numpy_namespace())
+    gx, gy, gs = mp.grad(f, argnums=(0, 1, 2))(x, y, s)
+    h = 1e-6
+    for i in (0, 5, 23):
+        e = np.zeros_like(x)
+        e[i] = h
+        np.testing.assert_allclose(gx[i], (f(x + e, y, s) - f(x - e, y, s)) / (2 * h),
+                                   rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gs, (f(x, y, s + h) - f(x, y, s - h)) / (2 * h), rtol=1e-6)
