@@ -314,3 +314,92 @@ def test_one_time_cost_is_recorded():
     mp.value_and_gradient(c, f, x)
     assert sr.TIMES["functions"] == before["functions"] + 1
     assert sr.TIMES["compile_s"] > before["compile_s"]
+
+
+# --- HVP caches: plans recorded on dual numbers ----------------------------------------------
+def _hvp_cache(f, *args):
+    """An HVP cache whose replayer is the source one (prepare_hvp_cache's default once
+    second_order.HVPCache chooses it)."""
+    c = mp.prepare_hvp_cache(f, *args)
+    c._replay = sr.SourceReplayer(dual=True, kind="hvp")
+    return c
+
+
+def _python_hvp_cache(f, *args):
+    c = mp.prepare_hvp_cache(f, *args)
+    c._replay = Replayer(dual=True, kind="hvp")
+    return c
+
+
+def _compare_hvp(got, want, exact):
+    check = _same_bits if exact else _close
+    for a, b in zip(got, want):
+        if type(a) is tuple:
+            for p, q in zip(a, b):
+                check(p, q)
+        else:
+            check(a, b)
+
+
+@pytest.mark.parametrize("name,exact", [("_sum_1000", True), ("large_single_block", True),
+                                        ("_sum_sin_1000", False)])
+def test_hvp_suite_rows_equal_python_replay_and_fresh_hvp(name, exact):
+    case = CASES[name]
+    f = case.bind(numpy_namespace())
+    x, = case.make_inputs(np.random.default_rng(0))
+    v = np.random.default_rng(1).standard_normal(x.shape)
+    c, cp = _hvp_cache(f, x), _python_hvp_cache(f, x)
+    mp.value_and_hvp(c, f, v, x)
+    mp.value_and_hvp(cp, f, v, x)
+    for k in (1, 2):
+        got = mp.value_and_hvp(c, f, v * k, x * (1 + 0.01 * k))
+        _compare_hvp(got, mp.value_and_hvp(cp, f, v * k, x * (1 + 0.01 * k)), exact)
+        _close(got[2], mp.hvp(f)(x * (1 + 0.01 * k), v * k))
+        assert [type(a) for a in got] == [np.float64, np.ndarray, np.ndarray]
+    plan = c._replay.plan
+    assert type(plan._how).__name__ == "_DualWholeProgram" and plan.runs == 2
+
+
+def _two(x, w):
+    s = 0.0
+    for i in range(4):
+        s = s + np.exp(x[i] * w[i]) / (1.0 + w[i] * w[i]) - 3 * x[i] * x[i] * x[i]
+        s = -s if s > 100 else s
+    return s
+
+
+def test_hvp_two_arguments_and_guards():
+    x, w = np.array([0.1, 0.2, -0.3, 0.4]), np.array([1.0, -2.0, 0.5, 0.25])
+    vs = (np.array([1.0, 0.0, -1.0, 2.0]), np.array([0.5, 0.5, 0.0, 1.0]))
+    c, cp = _hvp_cache(_two, x, w), _python_hvp_cache(_two, x, w)
+    calls = [(x, w), (x * 2, w), (x * 30, w), (x * 31, w), (x, w), (x * 1.5, w)]
+    for args in calls:
+        got = mp.value_and_hvp(c, _two, vs, *args)
+        _compare_hvp(got, mp.value_and_hvp(cp, _two, vs, *args), False)
+        want = mp.hvp(_two, argnums=(0, 1))(*args, vs)
+        for a, b in zip(got[2], want):
+            _close(a, b)
+    assert c._replay.replays == 3 and c._replay.plan.runs == 1
+
+
+@pytest.mark.parametrize("bad", [(1, 0.0), (2, 0.0), (3, 1000.0), (4, -1.0)])
+def test_hvp_float_errors_fall_back_to_python_replay(bad):
+    x0 = np.array([1.0, 2.0, 3.0, 0.5, 4.0])
+    v = np.array([1.0, -1.0, 0.5, 2.0, 0.25])
+    c, cp = _hvp_cache(_risky, x0), _python_hvp_cache(_risky, x0)
+    mp.value_and_hvp(c, _risky, v, x0)
+    mp.value_and_hvp(cp, _risky, v, x0)
+    x = x0.copy()
+    x[bad[0]] = bad[1]
+    with warnings.catch_warnings(record=True) as got_w:
+        warnings.simplefilter("always")
+        got = mp.value_and_hvp(c, _risky, v, x)
+    with warnings.catch_warnings(record=True) as want_w:
+        warnings.simplefilter("always")
+        want = mp.value_and_hvp(cp, _risky, v, x)
+    _compare_hvp(got, want, True)
+    assert sorted(str(m.message) for m in got_w) == sorted(str(m.message) for m in want_w)
+    assert want_w and c._replay.plan.fallbacks == 1
+    _compare_hvp(mp.value_and_hvp(c, _risky, v, x0 * 2), mp.value_and_hvp(cp, _risky, v, x0 * 2),
+                 False)
+    assert c._replay.plan.runs == 1

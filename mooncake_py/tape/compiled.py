@@ -268,10 +268,15 @@ def segment_kernel_source():
 
 
 class _ProgramToNumba:
-    """A dual program's NumPy source (dual/codegen.py) -> scalar numba statements: ``div`` to
-    ``/`` (numba's float division gives inf/nan as NumPy's does, under error_model='numpy'),
-    ``select`` to a conditional expression, calls to ``np.<name>``, named constants to
-    literals."""
+    """A dual program's NumPy source (dual/codegen.py) -> scalar statements: ``div`` to ``/``
+    (numba's float division gives inf/nan as NumPy's does, under error_model='numpy'; Python's
+    raises, which source_replay.py handles), ``select`` to a conditional expression, each call's
+    function to ``call(name)`` (``np.<name>`` for numba), named constants to literals, and the
+    program's variables renamed by ``names`` (none by default)."""
+
+    def __init__(self, call=None, names=None):
+        self.call = call or _np_call
+        self.names = names or {}
 
     def lines(self, entry, kind, k, present):
         """(statements, output expressions) of the program for these parameters."""
@@ -285,9 +290,9 @@ class _ProgramToNumba:
         outs = [ast.unparse(ast.fix_missing_locations(T.visit(e))) for e in body[-1].value.elts]
         return stmts, outs
 
-    @staticmethod
-    def _transformer():
+    def _transformer(self):
         import ast
+        call, names = self.call, self.names
 
         class T(ast.NodeTransformer):
             def visit_Call(self, node):
@@ -299,12 +304,14 @@ class _ProgramToNumba:
                     return ast.IfExp(*node.args)
                 if fn not in _NB_CALLS:
                     raise ValueError(f"{fn}() is not in the kernel's vocabulary")
-                node.func = ast.Attribute(ast.Name("np", ast.Load()), fn, ast.Load())
+                node.func = ast.parse(call(fn), mode="eval").body
                 return node
 
             def visit_Name(self, node):
                 if node.id in CONSTANTS:
                     return ast.Constant(CONSTANTS[node.id])
+                if node.id in names:
+                    return ast.Name(names[node.id], ast.Load())
                 return node
         return T()
 

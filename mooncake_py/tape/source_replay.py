@@ -315,6 +315,235 @@ class _WholeProgram:
         return _F64(y), cts
 
 
+_PROGRAM_VARS = ("a", "b", "y", "g", "ta", "tb", "tg")
+_PROGRAMS = {}
+
+
+def _program(entry, kind, k, present):
+    """(statements, output expressions) of the dual layer's program for these parameters as
+    Python templates: ``{a}``, ``{ta}``, ``{y}``, ``{g}``... for the program's variables,
+    ``_m_<name>`` for its calls (compiled._ProgramToNumba's conversion, memoised)."""
+    key = (entry.name, kind, k, present)
+    got = _PROGRAMS.get(key)
+    if got is None:
+        conv = _c._ProgramToNumba(_math_call, {v: f"__{v}__" for v in _PROGRAM_VARS})
+        stmts, outs = conv.lines(entry, kind, k, present)
+
+        def template(text):
+            text = text.replace("{", "{{").replace("}", "}}")
+            for v in _PROGRAM_VARS:
+                text = text.replace(f"__{v}__", "{" + v + "}")
+            return text
+        got = _PROGRAMS[key] = ([template(t) for t in stmts], [template(t) for t in outs])
+    return got
+
+
+def _dual_entries():
+    """opcode -> table entry, for the ops a dual program runs."""
+    from ..rules.derivative_table import BY_UFUNC, TABLE
+    out = {1: TABLE["add"], 2: TABLE["subtract"], 3: TABLE["multiply"],
+           4: BY_UFUNC[np.true_divide], _c._NEG: TABLE["negative"]}
+    for k, (uf, _, _, _) in enumerate(_c.table_unary_ops()):
+        out[_c._UNARY0 + k] = BY_UFUNC[uf]
+    return out
+
+
+class _DualSource(_Source):
+    """The statements of a plan recorded on dual numbers (an HVP cache's), forward on (value
+    ``v<node>``, tangent ``t<node>``) pairs, then the reverse sweep on cotangents that are
+    plain (``g<node>``) or dual (with tangent ``h<node>``) exactly where the tape's are: the
+    seed is a plain 1, ``+``/``-`` pass a cotangent on as it is, the other pullbacks are the
+    dual layer's programs of ``ew_pullback`` for the operands and cotangent present (as
+    compiled.py's HVP kernel and dual_scalars.py's DualPullback run them); a dual contribution
+    adds its tangent to a node's, a plain one leaves it."""
+
+    def __init__(self, specs, unary):
+        _Source.__init__(self, specs, unary)
+        self.entries = _dual_entries()
+
+    @staticmethod
+    def _names(ea, eb, c):
+        a = _operand(ea, c)
+        b = _operand(eb, c)
+        return {"a": a, "b": b, "ta": "0.0" if ea is None else f"t{ea[1]}",
+                "tb": "0.0" if eb is None else f"t{eb[1]}"}
+
+    def forward(self, sizes):
+        lines, unary = [], self.unary
+        for code, ea, eb, c, d in self.specs:
+            if code == 0:
+                p, off = ea[1], ea[2]
+                if self.listed(p, sizes[p]):
+                    lines += [f"v{d} = L{p}[{off}]", f"t{d} = T{p}[{off}]"]
+                else:
+                    lines += [f"v{d} = A{p}.item({off})", f"t{d} = B{p}.item({off})"]
+                continue
+            if 5 <= code <= _c._TRUTH:
+                lines += _Source(((code, ea, eb, c, d),), unary).forward(sizes)
+                continue
+            names = self._names(ea, eb, c)
+            names["y"] = f"v{d}"
+            if code <= 4:
+                lines.append(f"v{d} = {names['a']} {_SYM[code]} {names['b']}")
+                present = (ea is not None, eb is not None)
+            elif code == _c._NEG:
+                lines.append(f"v{d} = -v{ea[1]}")
+                present = (True,)
+            else:
+                lines.append(f"v{d} = " + unary[code][0].format(a=f"v{ea[1]}"))
+                present = (True,)
+            stmts, (ty,) = _program(self.entries[code], "f", 0, present)
+            lines += [st.format(**names) for st in stmts]
+            lines.append(f"t{d} = " + ty.format(**names))
+        return lines
+
+    def reverse(self, seeded):
+        has, dual = set(seeded), {n: False for n in seeded}
+        lines, marks = [], []
+
+        def give(e, r, tr):
+            if e is None:
+                return
+            p = e[1]
+            if p not in has:
+                lines.append(f"g{p} = {r}")
+                if tr is not None:
+                    lines.append(f"h{p} = {tr}")
+                has.add(p)
+                dual[p] = tr is not None
+                return
+            lines.append(f"g{p} += {r}")
+            if tr is not None:
+                lines.append(f"h{p} += {tr}" if dual[p] else f"h{p} = {tr}")
+                dual[p] = True
+
+        for code, ea, eb, c, d in reversed(self.specs):
+            if 5 <= code <= _c._TRUTH or d not in has:
+                continue
+            g = f"g{d}"
+            tg = f"h{d}" if dual[d] else None
+            if code == 0:
+                marks.append((len(lines), ea[1], ea[2], g, tg))
+                lines.append(None)
+            elif code == 1:
+                give(ea, g, tg)
+                give(eb, g, tg)
+            elif code == 2:
+                give(ea, g, tg)
+                give(eb, f"-{g}", None if tg is None else f"-{tg}")
+            elif code == _c._NEG:
+                give(ea, f"-{g}", None if tg is None else f"-{tg}")
+            else:
+                names = self._names(ea, eb, c)
+                names.update(y=f"v{d}", g=g, tg="0.0" if tg is None else tg)
+                for k, e in ((0, ea), (1, eb)) if code <= 4 else ((0, ea),):
+                    if e is None:
+                        continue
+                    present = (tg is not None, ea is not None, eb is not None) if code <= 4 \
+                        else (tg is not None, True)
+                    stmts, outs = _program(self.entries[code], "p", k, present)
+                    lines += [st.format(**names) for st in stmts]
+                    give(e, outs[0].format(**names),
+                         outs[1].format(**names) if len(outs) > 1 else None)
+        total = {}
+        for _, p, _, _, _ in marks:
+            total[p] = total.get(p, 0) + 1
+        elems, telems = {}, {}
+        for at, p, off, r, tr in marks:
+            names, tnames = elems.setdefault(p, {}), telems.setdefault(p, {})
+            out = []
+            name = names.get(off)
+            if name is None:
+                name = names[off] = f"e{p}_{off}"
+                out.append(f"{name} = {r}" if total[p] == 1 else f"{name} = 0.0 + {r}")
+            else:
+                out.append(f"{name} += {r}")
+            if tr is not None:
+                tname = tnames.get(off)
+                if tname is None:
+                    tname = tnames[off] = f"f{p}_{off}"
+                    out.append(f"{tname} = {tr}" if total[p] == 1 else f"{tname} = 0.0 + {tr}")
+                else:
+                    out.append(f"{tname} += {tr}")
+            lines[at] = "; ".join(out)
+        return lines, has, (elems, telems)
+
+
+class _DualWholeProgram:
+    """A plan recorded on dual numbers (an HVP cache's) made only of scalar steps on dual
+    float64 array arguments, as one generated function; :meth:`run` returns what the Python
+    replay (and compiled.CompiledHVPPlan) returns: the value and the gradients as duals of
+    this call's tag whose tangents are the direction's derivatives (for the gradients, H·v)."""
+
+    def __init__(self, plan, specs, shapes, fns, unary):
+        self.shapes, self.fns = shapes, fns
+        self.sizes = [int(np.prod(s)) for s in shapes]
+        src = _DualSource(specs, unary)
+        ninp = len(plan.inputs)
+        read = [p for p in range(ninp) if p in src.arrays]
+        body = []
+        for p in read:
+            if src.listed(p, self.sizes[p]):
+                ravel = "" if len(shapes[p]) == 1 else ".ravel()"
+                body += [f"L{p} = A{p}{ravel}.tolist()", f"T{p} = B{p}{ravel}.tolist()"]
+        body += src.forward({p: self.sizes[p] for p in read})
+        body.append(f"g{plan.ynode} = 1.0")
+        rev, has, (elems, telems) = src.reverse([plan.ynode])
+        body += rev
+        outs = []
+        for p in range(ninp):
+            if p in elems:
+                _array_out(p, shapes[p], elems[p], body, f"G{p}")
+                _array_out(p, shapes[p], telems[p], body, f"H{p}")
+                outs.append(f"G{p}, H{p}")
+            else:
+                outs.append("None, None")
+        body.append(f"return v{plan.ynode}, t{plan.ynode}, ({', '.join(outs)},)")
+        params = [f"A{p}" for p in range(ninp)] + [f"B{p}" for p in range(ninp)]
+        self.fn = _build("mp_dual_whole", params, body)
+
+    def run(self, leaves):
+        dual = _dual_type()
+        if len(leaves) != len(self.shapes) or not leaves:
+            raise _Failed()
+        tag = leaves[0]._tag
+        for leaf, shape in zip(leaves, self.shapes):
+            # (a tangent with lanes, a Hessian's, fails the shape check: Python replay)
+            if type(leaf) is not dual or leaf._tag is not tag or \
+                    not _c._f64_array(leaf._value, shape) or \
+                    not _c._f64_array(leaf._tangent, shape):
+                raise _Failed()
+        _c._check_rules(self.fns)
+        y, yt, gs = self.fn(*[leaf._value for leaf in leaves],
+                            *[leaf._tangent for leaf in leaves])
+        if y - y != 0.0 or yt - yt != 0.0:
+            raise _NonFinite()
+        cts = []
+        for k, shape in enumerate(self.shapes):
+            g, h = gs[2 * k], gs[2 * k + 1]
+            if g is None:
+                cts.append(dual(np.zeros(shape), np.zeros(shape), tag))
+                continue
+            s = sum(g) + sum(h)
+            if s - s != 0.0:
+                raise _NonFinite()
+            a, b = _fromiter(g, _F64, len(g)), _fromiter(h, _F64, len(h))
+            if len(shape) != 1:
+                a, b = a.reshape(shape), b.reshape(shape)
+            cts.append(dual(a, b, tag))
+        return dual(_F64(y), _F64(yt), tag), cts
+
+
+_DUAL = []
+
+
+def _dual_type():
+    if not _DUAL:
+        from ..dual.dual_array import DualArray
+        _DUAL.append(DualArray)
+    return _DUAL[0]
+
+
 class _SegmentState:
     """A source segment's values in one call: ``values`` (its outputs, by position),
     ``saved`` (what its reverse reads) and the ``seeds`` its outputs received in the sweep.
@@ -508,13 +737,25 @@ def _source_for(plan, leaves):
     """What runs ``plan`` with generated source: a :class:`_WholeProgram`, a mixed plan
     with source segments, or None when it has no run of :data:`MIN_RUN` scalar steps."""
     codes = _c._opcodes()
+    if leaves and type(leaves[0]) is _dual_type():
+        # a plan on duals (an HVP cache's): one function when it is all scalar steps, else
+        # Python replay (as compiled.py, mixed dual plans are not split)
+        values = [leaf._value for leaf in leaves]
+        if plan.ynode is None or len(plan.steps) > MAX_RUN or not all(
+                type(leaf) is _dual_type() and _c._f64_array(leaf._tangent, np.shape(v))
+                for leaf, v in zip(leaves, values)):
+            return None
+        info = _c._node_info(plan, values)
+        specs = [_c._step_spec(st, info, codes) for st in plan.steps]
+        if not _whole(plan, specs, values):
+            return None
+        return _DualWholeProgram(plan, specs, tuple(v.shape for v in values),
+                                 _functions(plan), _unary_table())
     info = _c._node_info(plan, leaves)
     specs = [_c._step_spec(st, info, codes) for st in plan.steps]
-    ninp = len(plan.inputs)
     if plan.ynode is not None and len(specs) <= MAX_RUN and _whole(plan, specs, leaves):
-        fns = tuple({st[1] for st in plan.steps if st[0] not in (_c._GUARD, _c._OBSERVE)})
-        return _WholeProgram(plan, specs, tuple(leaf.shape for leaf in leaves), fns,
-                             _unary_table())
+        return _WholeProgram(plan, specs, tuple(leaf.shape for leaf in leaves),
+                             _functions(plan), _unary_table())
     keep = () if plan.ynode is not None else \
         {r for k, r in getattr(plan, "outs", ()) if k == _SLOT}
     segments = _c.plan_segments(plan, specs, MIN_RUN, MAX_RUN, keep)
@@ -524,8 +765,12 @@ def _source_for(plan, leaves):
     mixed.__dict__.update(plan.__dict__)
     mixed.steps, mixed.parents, mixed.segments = _c.splice_segments(plan, segments, specs, info,
                                                                     _SourceSegment)
-    del ninp
     return mixed
+
+
+def _functions(plan):
+    """The functions whose built-in rules ``plan``'s steps stand for (checked every run)."""
+    return tuple({st[1] for st in plan.steps if st[0] not in (_c._GUARD, _c._OBSERVE)})
 
 
 def _whole(plan, specs, leaves):
@@ -561,8 +806,9 @@ class SourceReplayer(Replayer):
     def call(self, f, args, nums):
         plan = self.plan
         if type(plan) is SourcePlan and len(args) == 1 and nums == (0,) and \
-                not plan.constants and type(args[0]) is np.ndarray and \
-                args[0].dtype == _F64_DT and not self.disabled and \
+                not plan.constants and not self.disabled and (
+                    type(args[0]) is _dual_type() if self.dual else
+                    type(args[0]) is np.ndarray and args[0].dtype == _F64_DT) and \
                 not current_config().debug_mode:
             # One float64 array (the common call): the general path's pytree walk skipped.
             # On any failure the general path runs and decides (guards, recording, counting).
