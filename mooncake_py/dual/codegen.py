@@ -442,6 +442,39 @@ def numpy_source(ir, fname, given=()):
     return "\n".join(lines)
 
 
+def numpy_source_given(ir, fname, params, given, returns):
+    """A Python function ``fname(*params)`` running the statements of ``ir`` except those that
+    define a name in ``given`` (those arrive as parameters: a value computed earlier, to be
+    reused), returning the names in ``returns``. The statements run are
+    :func:`numpy_source`'s, in its order, so every value is computed the same way.
+
+    Example:
+        >>> from mooncake_py.rules.derivative_table import TABLE
+        >>> ir = pullback_ir(TABLE["sin"], 0, (True, True))
+        >>> print(numpy_source_given(ir, "f", ("d", "a", "y", "g", "ta", "tg"), ("d",),
+        ...                          ("r", "tr")))  # doctest: +NORMALIZE_WHITESPACE
+        def f(d, a, y, g, ta, tg):
+            r = g * d
+            e0 = -y
+            tr = d * tg + g * (e0 * ta)
+            return (r, tr,)
+    """
+    lines = [f"def {fname}({', '.join(params)}):"]
+    for s in ir.body:
+        if s.name not in given:
+            lines.append(f"    {s.name} = {expr_source(s.expr)}")
+    lines.append(f"    return ({', '.join(returns)}{',' if returns else ''})")
+    return "\n".join(lines)
+
+
+def let_source(ir, name):
+    """The source of the expression ``ir`` binds to the temporary ``name``, or None."""
+    for s in ir.body:
+        if s.kind == "let" and s.name == name:
+            return expr_source(s.expr)
+    return None
+
+
 class _ToNumba(ast.NodeTransformer):
     """Vocabulary -> numba-compilable Python: ``select`` to a conditional expression, cheap
     calls to their NumPy scalar forms, literals and named constants cast to the kernel dtype."""

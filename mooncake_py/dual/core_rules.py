@@ -39,6 +39,17 @@ def _scatter_add(primals, tangents):
     return out, np.moveaxis(t, -1, 0)
 
 
+def _scatter_add_native(primals, tangents, lanes, kwargs):
+    # Without lanes the tangent scatters like the values (the same additions at the same
+    # positions, in the same order), with no lane axis to add, move and drop.
+    if not lanes and not kwargs and len(primals) == 3:
+        tv = tangents[2]
+        if type(tv) is np.ndarray and type(primals[2]) is np.ndarray:
+            shape, index, values = primals
+            return scatter_add(shape, index, values), scatter_add(shape, index, tv)
+    return _run_rule(scatter_add, _scatter_add_frule, primals, tangents, lanes, kwargs)
+
+
 @frule(astype, lanes=True)
 def _astype(primals, tangents):
     x, dtype = primals
@@ -142,3 +153,24 @@ def _sum_native(primals, tangents, lanes, kwargs):
 
 
 _sum_frule._mc_native = _sum_native
+_scatter_add_frule = FRULES[scatter_add]
+_scatter_add_frule._mc_native = _scatter_add_native
+
+
+# --- np.stack of duals --------------------------------------------------------------------------
+# map-style code stacks many dual scalars (np.stack([f(v) for v in x])), and the sweep stacks
+# the dual cotangents of many x[i] reads before scattering them: without lanes, stacking the
+# tangents directly gives the registered frule's numbers without a lane axis added to each one.
+_stack_frule = FRULES[np.stack]
+_DUAL_TANGENTS = (np.ndarray, np.float64)
+
+
+def _stack_native(primals, tangents, lanes, kwargs):
+    if not lanes and not kwargs and len(primals) == 1:
+        ts = tangents[0]
+        if type(ts) is tuple and ts and all(type(t) in _DUAL_TANGENTS for t in ts):
+            return np.stack(primals[0]), np.stack(ts)
+    return _run_rule(np.stack, _stack_frule, primals, tangents, lanes, kwargs)
+
+
+_stack_frule._mc_native = _stack_native

@@ -31,6 +31,7 @@ from ..rules.complex import check_complex_call, has_complex
 from ..rules.derivative_table import load_for
 
 _SEQ = (list, tuple)
+_F64 = np.float64
 
 
 class Tag:
@@ -300,8 +301,17 @@ def _apply(tag, fn, args, kwargs):
         out, tout = native(primals, tangents, tag.lanes, kwargs)
     else:
         out, tout = _run_rule(fn, rule, primals, tangents, tag.lanes, kwargs)
-    if type(out) is np.ndarray and type(tout) is np.ndarray:
-        tout = _paired(out, tout, primals, tangents)
+    to = type(out)
+    if to is np.ndarray:
+        if type(tout) is np.ndarray:
+            tout = _paired(out, tout, primals, tangents)
+            # (the common result, a real array and its tangent of one dtype: _wrap's checks
+            # all pass; dtypes of one kind and size are one object)
+            odt = out.dtype
+            if tout.dtype is odt and odt.kind == "f" and not _DEBUG.get().debug_mode:
+                return DualArray(out, tout, tag)
+    elif to is _F64 and type(tout) is _F64 and not _DEBUG.get().debug_mode:
+        return DualArray(out, tout, tag)
     return _wrap(fn, out, tout, tag)
 
 
@@ -314,6 +324,17 @@ def _paired(out, tout, primals, tangents):
     input whose tangent is not the same view of the input's tangent (their layouts differed)
     gets a read-only tangent: writing through it raises MutationError, never loses the write.
     """
+    if out.base is None and tout.base is None and tout.flags.writeable:
+        # Both fresh (the usual elementwise result): shared only if tout is an input's
+        # tangent or the buffer under one; then the layout decides, as below.
+        for t in tangents:
+            if t is tout or (type(t) is np.ndarray and t.base is not None and
+                             buffer_root(t) is tout):
+                break
+        else:
+            if not out.flags.c_contiguous or tout.flags.c_contiguous:
+                return tout
+            return np.array(tout, order="C")
     if out.base is not None:
         root = buffer_root(out)
         for p, t in zip(primals, tangents):

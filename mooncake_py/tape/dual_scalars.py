@@ -25,7 +25,8 @@ import operator
 import numpy as np
 
 from ..dual.dual_array import DualArray
-from ..dual.elementwise import program, _cast, _result_dtype
+from ..dual import codegen
+from ..dual.elementwise import program, _cast, _result_dtype, _np_function
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.derivative_table import TABLE
 from ..rules.elementwise import _partial
@@ -46,7 +47,8 @@ class _Op:
     """One elementwise op of the derivative table: its rule as registered at install time, the
     general rule's partial-derivative functions, and the dual layer's programs (memoised here by
     ``present``, without hashing the table entry on every call)."""
-    __slots__ = ("ufunc", "entry", "nin", "builtin", "unit", "partials", "_frules", "_pbs")
+    __slots__ = ("ufunc", "entry", "nin", "builtin", "unit", "partials", "_frules", "_pbs",
+                 "forward_d", "pullbacks_d")
 
     def __init__(self, entry):
         self.ufunc, self.entry, self.nin = entry.ufunc, entry, entry.nin
@@ -56,6 +58,14 @@ class _Op:
         self.partials = tuple(_partial(entry, k) for k in range(entry.nin))
         self._frules = {}
         self._pbs = {}
+        # made on first use (import stays fast): False until then
+        self.forward_d, self.pullbacks_d = (False, None) if self.nin == 1 else (None, None)
+
+    def reusing(self):
+        """:attr:`forward_d`, made now if not yet (see :func:`_reusing_programs`)."""
+        if self.forward_d is False:
+            self.forward_d, self.pullbacks_d = _reusing_programs(self)
+        return self.forward_d
 
     def frule(self, present):
         p = self._frules.get(present)
@@ -69,6 +79,32 @@ class _Op:
         if p is None:
             p = self._pbs[key] = program(self.entry, "p", k, present, None)
         return p
+
+
+def _reusing_programs(op):
+    """``(forward, pullbacks)`` of a unary op whose derivative the pullback can take from
+    the forward instead of computing it again (``cos(a)`` for ``sin``): ``forward(a, y, ta)``
+    runs the frule program's statements and returns ``(d0, ty)``; ``pullbacks[tg given]`` is
+    ``(fn(d, a, y, g, ta, tg) -> outputs, has tangent)``, the pullback program's statements
+    with its ``d`` given. Only where the two programs bind the same expression (the table's
+    first derivative) to those names, so ``d`` is the number the pullback would compute; the
+    statements and their order are the programs' own, so results are bitwise the same.
+    ``(None, None)`` where that does not hold (a constant derivative: nothing to reuse)."""
+    fir = op.frule((True,)).ir
+    d_src = codegen.let_source(fir, "d0")
+    if d_src is None or [s.name for s in fir.body] != ["y", "d0", "ty"]:
+        return None, None
+    pbs = []
+    for present in ((False, True), (True, True)):
+        pir = op.pullback(0, present).ir
+        if codegen.let_source(pir, "d") != d_src or pir.outs != ("r",):
+            return None, None
+        rets = ("r",) + pir.touts
+        pbs.append((_np_function(codegen.numpy_source_given(
+            pir, "f", ("d", "a", "y", "g", "ta", "tg"), ("d",), rets)), len(rets) == 2))
+    fwd = _np_function(codegen.numpy_source_given(fir, "f", ("a", "y", "ta"), ("y",),
+                                                  ("d0", "ty")))
+    return fwd, tuple(pbs)
 
 
 _OPS = {}  # ufunc -> _Op, filled by install()
@@ -242,6 +278,15 @@ def _unary_node(op, ufunc, d, tag):
     y = ufunc(pa)
     if type(y) is not _F64:
         return None
+    fwd = op.forward_d
+    if fwd is False:
+        fwd = op.reusing()
+    if fwd is not None:  # (_tangent_of's program and cast, keeping the derivative)
+        d1, ty = fwd(pa, y, ta)
+        if getattr(ty, "dtype", None) != _F64_DT:
+            ty = _cast(ty, _F64_DT)
+        yd = DualArray(y, ty, tag)
+        return yd, DualPullback(op, d, None, yd, (True,), d1)
     ty = _tangent_of(op, (True,), pa, None, y, ta, None)
     if ty is None:
         return None
@@ -305,10 +350,11 @@ class DualPullback:
         >>> mp.hvp(lambda x: x[0] * x[1])(np.array([2.0, 3.0]), np.array([1.0, 0.0]))
         array([0., 1.])
     """
-    __slots__ = ("op", "a", "b", "y", "present")
+    __slots__ = ("op", "a", "b", "y", "present", "d1")
 
-    def __init__(self, op, a, b, y, present):
+    def __init__(self, op, a, b, y, present, d1=None):
         self.op, self.a, self.b, self.y, self.present = op, a, b, y, present
+        self.d1 = d1  # the forward's first derivative (unary ops with reusing programs)
 
     def __call__(self, g):
         present = self.present
@@ -348,6 +394,19 @@ class DualPullback:
             return DualArray(y0, _tangent_of(_NEGATIVE[0], (True,), gp, None, y0, gt, None),
                              y._tag)
         a = self.a
+        d1 = self.d1
+        if d1 is not None:  # a unary node of a dual scalar: its derivative is known
+            fn, has_tangent = op.pullbacks_d[gt is not None]
+            out = fn(d1, a._value, y._value, gp, a._tangent, gt)
+            dt = _F64_DT if type(gp) is _F64 else _result_dtype(gp, y._value)
+            r = _cast(out[0], dt)
+            if not has_tangent:
+                return r
+            tr = _cast(out[1], dt)
+            if type(r) is _NDARRAY or getattr(r, "dtype", None) != _F64_DT or \
+                    tr.dtype != _F64_DT:
+                return self._general(k, g)
+            return DualArray(r, tr, y._tag)
         ad = type(a) is DualArray
         pa, ta = (a._value, a._tangent) if ad else (a, None)
         if op.nin == 1:

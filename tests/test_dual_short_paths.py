@@ -1,0 +1,189 @@
+"""The dual layer's short paths against the general ones they stand in for.
+
+- ``np.stack`` and ``scatter_add`` of duals without lanes (``dual/core_rules.py``): the registered
+  lane-aware frule, called through ``_run_rule`` as before, gives the same numbers bitwise.
+- unary ops on dual scalars whose pullback reuses the forward's derivative
+  (``tape/dual_scalars.py``): the pullback recomputing it (``d1=None``) gives the same numbers.
+- ``_apply``'s direct wrapping of a fresh real result: the tangent is never an input's tangent
+  (a write into the result must not move the input), a view's tangent is the same view.
+"""
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.dual import core_rules
+from mooncake_py.dual.dual_array import DualArray, Tag, _run_rule
+from mooncake_py.rules.cotangents import scatter_add
+from mooncake_py.tape import dual_scalars
+
+RNG = np.random.default_rng(7)
+
+
+def _bitwise(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert a.tobytes() == b.tobytes()
+
+
+# --- np.stack ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+def test_stack_native_equals_lane_frule(shape):
+    ps = [np.float64(v) if shape == () else v
+          for v in (RNG.standard_normal(shape) for _ in range(5))]
+    ts = tuple(np.float64(v) if shape == () else v
+               for v in (RNG.standard_normal(shape) for _ in range(5)))
+    out, tout = core_rules._stack_native([ps], [ts], 0, {})
+    ref_out, ref_t = _run_rule(np.stack, core_rules._stack_frule, [ps], [ts], 0, {})
+    _bitwise(out, ref_out)
+    _bitwise(tout, ref_t)
+
+
+def test_stack_native_leaves_other_calls_to_the_frule():
+    ps = [np.ones(2), np.zeros(2)]
+    # a constant element (no tangent), an axis, lanes: the registered rule, unchanged
+    out, t = core_rules._stack_native([ps], [(np.ones(2), None)], 0, {})
+    _bitwise(t, np.stack([np.ones(2), np.zeros(2)]))
+    out, t = core_rules._stack_native([ps, 1], [(np.ones(2), np.ones(2)), None], 0, {})
+    assert out.shape == (2, 2) and t.shape == (2, 2)
+    lanes = (np.ones((3, 2)), 2 * np.ones((3, 2)))
+    out, t = core_rules._stack_native([ps], [lanes], 3, {})
+    assert t.shape == (3, 2, 2)
+    _bitwise(t[:, 1], 2 * np.ones((3, 2)))
+
+
+def test_hvp_of_a_stack_of_scalars_matches_the_hessian():
+    x, v = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+
+    def f(x):
+        y = np.stack([np.sin(np.cos(np.exp(t))) for t in x.ravel()]).reshape(x.shape)
+        return np.sum(y * y)
+
+    hv = mp.hvp(f)(x, v)
+    H = mp.hessian(f)(x).reshape(12, 12)
+    np.testing.assert_allclose(hv.ravel(), H @ v.ravel(), rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-6)
+    c = mp.prepare_hvp_cache(f, x)
+    for _ in range(3):  # records, then replays
+        _, _, hv2 = mp.value_and_hvp(c, f, v, x)
+        _bitwise(hv2, hv)
+
+
+# --- scatter_add -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("index", [
+    (np.array([0, 2, 2, 1, 0]),),                      # repeated positions: add.at
+    (np.array([0, 1, 1]), np.array([2, 0, 0])),        # 2-d, repeated
+    (1,),                                              # basic: an assignment
+    (slice(1, 3),),
+])
+def test_scatter_add_native_equals_lane_frule(index):
+    shape = (4, 3)
+    vshape = np.zeros(shape)[index].shape
+    values, tv = RNG.standard_normal(vshape), RNG.standard_normal(vshape)
+    prim = [shape, index, values]
+    tans = [None, None, tv]
+    out, t = core_rules._scatter_add_native(prim, tans, 0, {})
+    ref_out, ref_t = _run_rule(scatter_add, core_rules._scatter_add_frule, prim, tans, 0, {})
+    _bitwise(out, ref_out)
+    _bitwise(t, ref_t)
+
+
+def test_hvp_of_scalar_reads_matches_the_hessian():
+    x, v = RNG.standard_normal(6), RNG.standard_normal(6)
+
+    def f(x):
+        return np.sum(np.stack([x[i] * x[(i + 1) % 6] for i in range(6)]) ** 2)
+
+    hv = mp.hvp(f)(x, v)
+    np.testing.assert_allclose(hv, mp.hessian(f)(x) @ v, rtol=1e-12, atol=1e-12)
+
+
+# --- unary dual scalars reusing the forward's derivative ------------------------------------------
+_REUSING = [op for op in dual_scalars._OPS.values() if op.nin == 1 and op.reusing() is not None]
+
+
+def test_the_transcendental_ops_reuse():
+    names = {op.ufunc.__name__ for op in _REUSING}
+    assert {"sin", "cos", "tan", "exp", "log", "tanh", "sqrt", "arctan"} <= names
+
+
+@pytest.mark.parametrize("op", _REUSING, ids=lambda op: op.ufunc.__name__)
+def test_reusing_pullback_equals_recomputing_one(op):
+    tag = Tag(0)
+    for a in (0.3, 1.7, 2.5):
+        x = DualArray(np.float64(a), np.float64(RNG.standard_normal()), tag)
+        y, pb = dual_scalars.unary_node(op.ufunc, x)
+        assert pb.d1 is not None
+        # the forward: the tangent the frule program gives
+        _bitwise(y._tangent, dual_scalars._tangent_of(op, (True,), x._value, None, y._value,
+                                                      x._tangent, None))
+        recomputing = dual_scalars.DualPullback(op, x, None, y, (True,))
+        for g in (np.float64(RNG.standard_normal()),
+                  DualArray(np.float64(RNG.standard_normal()),
+                            np.float64(RNG.standard_normal()), tag)):
+            got, = pb(g)
+            want, = recomputing(g)
+            assert type(got) is type(want)
+            if type(got) is DualArray:
+                _bitwise(got._value, want._value)
+                _bitwise(got._tangent, want._tangent)
+            else:
+                _bitwise(got, want)
+
+
+def test_reused_derivative_is_the_programs():
+    # the derivative kept by the forward is what the pullback program would compute
+    tag = Tag(0)
+    op = dual_scalars._OPS[np.sin]
+    x = DualArray(np.float64(0.7), np.float64(1.0), tag)
+    _, pb = dual_scalars.unary_node(np.sin, x)
+    _bitwise(pb.d1, np.cos(np.float64(0.7)))
+    assert op.pullbacks_d[0][1] and op.pullbacks_d[1][1]
+
+
+def test_hvp_of_unary_scalar_loop_matches_finite_differences():
+    x, v = RNG.uniform(0.2, 1.5, 5), RNG.standard_normal(5)
+
+    def f(x):
+        s = 0.0
+        for i in range(5):
+            s = s + np.tanh(np.log(x[i])) * np.sin(x[i]) + np.sqrt(np.exp(np.cos(x[i])))
+        return s
+
+    hv = mp.hvp(f)(x, v)
+    np.testing.assert_allclose(hv, mp.hessian(f)(x) @ v, rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-7)
+
+
+# --- _apply's direct wrapping ----------------------------------------------------------------------
+def test_fresh_result_never_shares_an_input_tangent():
+    x, v = RNG.standard_normal(4), RNG.standard_normal(4)
+    d = mp.dual(x, v)
+    for y in (d + np.zeros(4), d * 1.0, np.positive(d), d - 0.0):
+        assert type(y) is DualArray
+        assert not np.shares_memory(mp.tangent(y), mp.tangent(d))
+        _bitwise(mp.tangent(y), v)
+        assert mp.tangent(y).flags.writeable
+    y = d + np.zeros(4)
+    y[0] = 5.0 * d[1]
+    _bitwise(mp.tangent(d), v)  # the input's tangent did not move
+
+
+def test_view_result_keeps_the_view_of_the_tangent():
+    x, v = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    d = mp.dual(x.copy(), v.copy())
+    row = d[1]
+    assert np.shares_memory(mp.tangent(row), mp.tangent(d))
+    row[2] = 2.0 * d[0, 0]
+    assert mp.tangent(d)[1, 2] == 2.0 * v[0, 0]
+
+
+def test_fortran_ordered_result_gets_a_c_ordered_tangent_when_the_primal_is():
+    x, v = RNG.standard_normal((3, 4)), np.asfortranarray(RNG.standard_normal((3, 4)))
+    d = DualArray(x, v, Tag(0))
+    y = np.sin(d)
+    assert mp.primal(y).flags.c_contiguous and mp.tangent(y).flags.c_contiguous
+    _bitwise(mp.tangent(y), np.cos(x) * v)
