@@ -57,7 +57,6 @@ import time
 
 import numpy as np
 
-from ..config import current_config
 from . import compiled as _c
 from .replay import Plan, PullbackReplayer, Replayer, _Failed, _SLOT
 
@@ -688,15 +687,15 @@ class SourcePlan:
         (18.0, [11.0, 2.0], 1)
     """
 
-    def __init__(self, plan):
-        self.base = plan
+    def __init__(self, plan, owner=None):
+        self.base, self.owner = plan, owner
         self.constants, self.finish, self.short = plan.constants, plan.finish, plan.short
         self._how = None  # None: not made yet; _NOTHING: Python replay; else what runs
         self.runs = 0
         self.fallbacks = 0
 
     def __getattr__(self, name):  # (ytree, outs, steps...: the plan's own)
-        if name == "base":
+        if name in ("base", "owner"):
             raise AttributeError(name)
         return getattr(self.base, name)
 
@@ -705,8 +704,13 @@ class SourcePlan:
             how = _source_for(self.base, leaves)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             how = None  # (a plan the generator cannot write: replay it the usual way)
-        self._how = _NOTHING if how is None else how
-        return self._how
+        if how is None:
+            how = _NOTHING
+            owner = self.owner
+            if owner is not None and owner.plan is self:
+                owner.plan = self.base  # (nothing generated: no indirection left on its calls)
+        self._how = how
+        return how
 
     def run(self, leaves):
         how = self._how or self._make(leaves)
@@ -791,7 +795,8 @@ def _whole(plan, specs, leaves):
 class SourceReplayer(Replayer):
     """A :class:`~mooncake_py.tape.replay.Replayer` whose plans replay their scalar runs as
     generated source (:class:`SourcePlan`); guards, the fallback to recording and the give-up
-    after repeated failures are the Replayer's.
+    after repeated failures are the Replayer's. With ``dual=True`` (an HVP cache) a plan made
+    only of scalar steps runs as one generated forward-over-reverse function.
 
     Example:
         >>> import numpy as np
@@ -803,28 +808,12 @@ class SourceReplayer(Replayer):
         (30.0, [0.0, 2.0, 4.0, 6.0, 8.0])
     """
 
-    def call(self, f, args, nums):
-        plan = self.plan
-        if type(plan) is SourcePlan and len(args) == 1 and nums == (0,) and \
-                not plan.constants and not self.disabled and (
-                    type(args[0]) is _dual_type() if self.dual else
-                    type(args[0]) is np.ndarray and args[0].dtype == _F64_DT) and \
-                not current_config().debug_mode:
-            # One float64 array (the common call): the general path's pytree walk skipped.
-            # On any failure the general path runs and decides (guards, recording, counting).
-            try:
-                y, cts = plan.run([args[0]])
-            except Exception:  # noqa: BLE001
-                pass
-            else:
-                self.failures = 0
-                self.replays += 1
-                if plan._how is _NOTHING:
-                    self.plan = plan.base
-                return y, tuple(plan.finish(cts))
-        y, grads = Replayer.call(self, f, args, nums)
-        self.plan = _wrapped(self.plan)
-        return y, grads
+    def planned(self, plan):
+        # (a new plan is wrapped here, once per recording: the calls themselves are the
+        # Replayer's, with nothing added on their path)
+        Replayer.planned(self, plan)
+        if plan is not None and plan is self.plan:
+            self.plan = _wrapped(plan, self)
 
 
 class SourcePullbackReplayer(PullbackReplayer):
@@ -841,19 +830,12 @@ class SourcePullbackReplayer(PullbackReplayer):
         (30.0, [0.0, 4.0, 8.0, 12.0, 16.0])
     """
 
-    def call(self, f, args, nums, ybar):
-        out = PullbackReplayer.call(self, f, args, nums, ybar)
-        self.plan = _wrapped(self.plan)
-        return out
+    planned = SourceReplayer.planned
 
 
-def _wrapped(plan):
-    """``plan`` as the replayers keep it: a new plan long enough to hold a run of MIN_RUN
-    steps as a :class:`SourcePlan`; a SourcePlan found to have no such run as its plain plan
-    again (no indirection left on its calls)."""
-    t = type(plan)
-    if t is Plan:
-        return SourcePlan(plan) if len(plan.steps) >= MIN_RUN else plan
-    if t is SourcePlan and plan._how is _NOTHING:
-        return plan.base
+def _wrapped(plan, owner):
+    """``plan`` as ``owner`` (a replayer) keeps it: as a :class:`SourcePlan` when it is long
+    enough to hold a run of MIN_RUN steps."""
+    if type(plan) is Plan and len(plan.steps) >= MIN_RUN:
+        return SourcePlan(plan, owner)
     return plan
