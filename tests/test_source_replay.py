@@ -341,9 +341,10 @@ def _compare_hvp(got, want, exact):
             check(a, b)
 
 
-@pytest.mark.parametrize("name,exact", [("_sum_1000", True), ("large_single_block", True),
-                                        ("_sum_sin_1000", False)])
-def test_hvp_suite_rows_equal_python_replay_and_fresh_hvp(name, exact):
+@pytest.mark.parametrize("name,exact,form", [
+    ("_sum_1000", True, "_DualWholeProgram"), ("large_single_block", True, "_DualWholeProgram"),
+    ("_sum_sin_1000", False, "_DualWholeProgram"), ("map_sin_cos_exp", False, "_MixedSource")])
+def test_hvp_suite_rows_equal_python_replay_and_fresh_hvp(name, exact, form):
     case = CASES[name]
     f = case.bind(numpy_namespace())
     x, = case.make_inputs(np.random.default_rng(0))
@@ -357,7 +358,22 @@ def test_hvp_suite_rows_equal_python_replay_and_fresh_hvp(name, exact):
         _close(got[2], mp.hvp(f)(x * (1 + 0.01 * k), v * k))
         assert [type(a) for a in got] == [np.float64, np.ndarray, np.ndarray]
     plan = c._replay.plan
-    assert type(plan._how).__name__ == "_DualWholeProgram" and plan.runs == 2
+    assert type(plan._how).__name__ == form and plan.runs == 2
+
+
+def test_hvp_mixed_plan_with_array_ops_between_runs():
+    x0 = np.linspace(-1, 1, 12)
+    v = np.cos(np.arange(12.0))
+    c, cp = _hvp_cache(_mixed, x0), _python_hvp_cache(_mixed, x0)
+    mp.value_and_hvp(c, _mixed, v, x0)
+    mp.value_and_hvp(cp, _mixed, v, x0)
+    for x in (x0 * 1.5, x0[::-1] + 0.25):
+        got = mp.value_and_hvp(c, _mixed, v, x)
+        _compare_hvp(got, mp.value_and_hvp(cp, _mixed, v, x), False)
+        _close(got[2], mp.hvp(_mixed)(x, v))
+    how = c._replay.plan._how
+    assert type(how).__name__ == "_MixedSource" and len(how.segments) == 2
+    assert type(how.segments[0]).__name__ == "_DualSegment" and c._replay.plan.runs == 2
 
 
 def _two(x, w):

@@ -1146,7 +1146,7 @@ _NO_CT, _NONE_CT = (0.0,), (None,)
 
 
 def _segment_output_rule(args, kwargs, needs):
-    state, k = args
+    state, k = args  # (state.values: float64 NumPy scalars, or duals, as the plan's nodes)
 
     def pullback(g):
         # stash the cotangent for the segment's reverse (its first node, swept after every
@@ -1154,7 +1154,7 @@ def _segment_output_rule(args, kwargs, needs):
         seeds = state.seeds
         seeds[k] = g
         return _NO_CT if len(seeds) == 1 else _NONE_CT
-    return _F64(state.values[k]), pullback
+    return state.values[k], pullback
 
 
 # Plan.run calls an _OP step's rule if it is still the registered one
@@ -1222,21 +1222,26 @@ def plan_segments(plan, specs, min_len, max_len=None, keep=()):
     """The runs of at least ``min_len`` consecutive steps with a spec (see :func:`_step_spec`)
     in ``plan``, as (first step, end step, first node, outputs: the nodes made in the run that
     a later step reads, the plan's output, or a node of ``keep``, which the caller reads after
-    the run); a run longer than ``max_len`` steps is cut into several. Empty when there is none, or when the plan holds a step whose reads are not known
-    here (a kind of step added to replay.py since).
+    the run); a run longer than ``max_len`` steps is cut into several. Empty when there is
+    none. Only runs after the last step of a kind not known here (a kind added to replay.py
+    since, whose reads this module cannot see) are taken.
 
     Example:
         >>> plan_segments(type("P", (), {"steps": [], "ynode": 0})(), [], 16)
         []
     """
-    readers = {}
+    readers, start = {}, 0
     for s, st in enumerate(plan.steps):
         refs = _step_refs(st)
         if refs is None:
-            return []  # (a step this module does not know: its reads are not known either)
+            # a kind of step this module does not know (its reads are not known either): it
+            # runs as Python replay, and no run before it becomes a segment, since it might
+            # read any node made there
+            start = s + 1
+            continue
         for p in refs:
             readers.setdefault(p, []).append(s)
-    runs, s, m = [], 0, len(specs)
+    runs, s, m = [], start, len(specs)
     while s < m:
         if specs[s] is None:
             s += 1

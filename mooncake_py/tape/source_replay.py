@@ -396,8 +396,12 @@ class _DualSource(_Source):
             lines.append(f"t{d} = " + ty.format(**names))
         return lines
 
-    def reverse(self, seeded):
-        has, dual = set(seeded), {n: False for n in seeded}
+    def reverse(self, seeded, duals=None):
+        """As :meth:`_Source.reverse`, with the seeds' cotangents plain (``g<node>``) or, where
+        ``duals`` says so, dual (also ``h<node>``); :attr:`dual_at` then tells which nodes'
+        cotangents came out dual. Returns the array elements' tangent names as well."""
+        has = set(seeded)
+        dual = self.dual_at = dict(zip(seeded, duals or (False,) * len(seeded)))
         lines, marks = [], []
 
         def give(e, r, tr):
@@ -545,9 +549,10 @@ def _dual_type():
 
 class _SegmentState:
     """A source segment's values in one call: ``values`` (its outputs, by position),
-    ``saved`` (what its reverse reads) and the ``seeds`` its outputs received in the sweep.
-    Stands in the plan for the segment's first node (dtype and shape as its step records)."""
-    __slots__ = ("values", "saved", "seeds", "shape")
+    ``saved`` (what its reverse reads) and the ``seeds`` its outputs received in the sweep
+    (``tag``: a dual segment's tag). Stands in the plan for the segment's first node (dtype
+    and shape as its step records)."""
+    __slots__ = ("values", "saved", "seeds", "shape", "tag")
     dtype = _F64_DT
 
 
@@ -584,7 +589,7 @@ class _SourceSegment:
             body += _unpack(p, shape, src)
         body += src.forward(sizes)
         saved = self._saved()
-        body.append(f"return [{', '.join(f'v{n}' for n in self.outputs)}], "
+        body.append(f"return [{', '.join(f'_F64(v{n})' for n in self.outputs)}], "
                     f"({', '.join(saved)}{',' if len(saved) == 1 else ''})")
         self._saved_names = saved
         self._fwd = _build("mp_segment_forward", [f"v{p}" for p in self.scalars] +
@@ -666,6 +671,153 @@ class _SourceSegment:
         return [nodes[k] for k in seeds]
 
 
+class _DualSegment(_SourceSegment):
+    """A run of a plan recorded on dual numbers (an HVP cache's) as generated forward and
+    reverse functions in a mixed plan: it reads dual scalars and dual float64 arrays of one
+    tag from outside, makes its outputs as dual scalars, and sweeps the cotangents its outputs
+    received (plain numbers or duals of that tag) back as :class:`_DualSource` does."""
+
+    def __init__(self, specs, lo, outputs, info, fns):
+        _SourceSegment.__init__(self, specs, lo, outputs, info, fns)
+        self.src = _DualSource(specs, _unary_table())
+
+    def _make_forward(self):
+        src = self.src
+        body, sizes = [], {}
+        for p, shape in zip(self.arrays, self.shapes):
+            sizes[p] = int(np.prod(shape))
+            if src.listed(p, sizes[p]):
+                ravel = "" if len(shape) == 1 else ".ravel()"
+                body += [f"L{p} = A{p}{ravel}.tolist()", f"T{p} = B{p}{ravel}.tolist()"]
+        body += src.forward(sizes)
+        saved = self._saved()
+        outs = ", ".join(f"_D(_F64(v{n}), _F64(t{n}), tag)" for n in self.outputs)
+        body.append(f"return [{outs}], ({', '.join(saved)}{',' if len(saved) == 1 else ''})")
+        self._saved_names = saved
+        params = [f"v{p}" for p in self.scalars] + [f"t{p}" for p in self.scalars] + \
+            [f"A{p}" for p in self.arrays] + [f"B{p}" for p in self.arrays] + ["tag", "_D"]
+        self._fwd = _build("mp_dual_segment_forward", params, body)
+        return self._fwd
+
+    def _saved(self):
+        """Every value and tangent the segment reads or makes (its reverse may read any)."""
+        names = [f"{c}{p}" for p in self.scalars for c in "vt"]
+        for code, _, _, _, d in self.src.specs:
+            if not 5 <= code <= _c._TRUTH:
+                names += [f"v{d}", f"t{d}"]
+        return list(dict.fromkeys(names))
+
+    def _make_reverse(self, key):
+        seeded, duals = key
+        src = self.src
+        rev, has, (elems, telems) = src.reverse(seeded, duals)
+        body = []
+        saved = self._saved_names
+        if saved:
+            body.append(f"{', '.join(saved)}{',' if len(saved) == 1 else ''} = S")
+        body += rev
+        outs = []
+        for p in self.scalars:
+            if p not in has:
+                outs.append("None")
+            elif src.dual_at.get(p):
+                outs.append(f"_D(_F64(g{p}), _F64(h{p}), tag)")
+            else:
+                outs.append(f"_F64(g{p})")
+        for p, shape in zip(self.arrays, self.shapes):
+            if p in elems:
+                _array_out(p, shape, elems[p], body, f"G{p}")
+                _array_out(p, shape, telems[p], body, f"H{p}")
+                outs.append(f"(G{p}, H{p}, {bool(telems[p])})")
+            else:
+                outs.append("None")
+        body.append(f"return ({', '.join(outs)},)")
+        params = ["S", "tag", "_D"] + [f"g{n}" for n in seeded] + \
+            [f"h{n}" for n, d in zip(seeded, duals) if d]
+        fn = _build("mp_dual_segment_reverse", params, body)
+        self._revs[key] = fn
+        return fn
+
+    def forward(self, values):
+        _c._check_rules(self.fns)
+        D = _dual_type()
+        E = len(self.scalars)
+        tag = None
+        vs, ts = [], []
+        for d in values[:E]:
+            if type(d) is not D or (tag is not None and d._tag is not tag):
+                raise _Failed()
+            tag = d._tag
+            vs.append(float(d._value))
+            ts.append(float(d._tangent))
+        arrs, tans = [], []
+        for d, shape in zip(values[E:], self.shapes):
+            if type(d) is not D or (tag is not None and d._tag is not tag) or \
+                    not _c._f64_array(d._value, shape) or not _c._f64_array(d._tangent, shape):
+                raise _Failed()
+            tag = d._tag
+            arrs.append(d._value)
+            tans.append(d._tangent)
+        if tag is None or tag.lanes or tag._watch:
+            raise _Failed()
+        fwd = self._fwd or self._make_forward()
+        outs, saved = fwd(*vs, *ts, *arrs, *tans, tag, D)
+        for v in outs:
+            if v._value - v._value != 0.0 or v._tangent - v._tangent != 0.0:
+                raise _NonFinite()
+        state = _SegmentState()
+        state.values, state.saved, state.seeds, state.shape = outs, saved, {}, (self.n,)
+        state.tag = tag
+        return state, lambda g: self.reverse(state)
+
+    def reverse(self, state):
+        seeds = state.seeds
+        if not seeds:
+            return (None,) * len(self.external)
+        D = _dual_type()
+        tag = state.tag
+        nodes = self.outputs_of(seeds)
+        order = sorted(range(len(nodes)), key=nodes.__getitem__)
+        ks = list(seeds)
+        gs, hs, duals = [], [], []
+        for i in order:
+            g = seeds[ks[i]]
+            if type(g) is D:
+                if g._tag is not tag:
+                    raise _Failed()
+                gs.append(float(g._value))
+                hs.append(float(g._tangent))
+                duals.append(True)
+            else:
+                gs.append(float(g))
+                duals.append(False)
+        key = (tuple(nodes[i] for i in order), tuple(duals))
+        rev = self._revs.get(key) or self._make_reverse(key)
+        cts = rev(state.saved, tag, D, *gs, *hs)
+        E = len(self.scalars)
+        out = list(cts[:E])
+        for v in out:
+            if v is not None and (v - v != 0.0 if type(v) is _F64 else
+                                  v._value - v._value != 0.0 or v._tangent - v._tangent != 0.0):
+                raise _NonFinite()
+        for got, shape in zip(cts[E:], self.shapes):
+            if got is None:
+                out.append(None)
+                continue
+            g, h, dual = got
+            s = sum(g) + sum(h)
+            if s - s != 0.0:
+                raise _NonFinite()
+            a = _fromiter(g, _F64, len(g))
+            if len(shape) != 1:
+                a = a.reshape(shape)
+            if dual:
+                b = _fromiter(h, _F64, len(h))
+                a = D(a, b if len(shape) == 1 else b.reshape(shape), tag)
+            out.append(a)
+        return tuple(out)
+
+
 class _MixedSource(Plan):
     """A plan whose scalar runs are source segments, replayed as a :class:`Plan`."""
 
@@ -745,16 +897,16 @@ def _source_for(plan, leaves):
         # a plan on duals (an HVP cache's): one function when it is all scalar steps, else
         # Python replay (as compiled.py, mixed dual plans are not split)
         values = [leaf._value for leaf in leaves]
-        if plan.ynode is None or len(plan.steps) > MAX_RUN or not all(
+        if plan.ynode is None or not all(
                 type(leaf) is _dual_type() and _c._f64_array(leaf._tangent, np.shape(v))
                 for leaf, v in zip(leaves, values)):
             return None
         info = _c._node_info(plan, values)
         specs = [_c._step_spec(st, info, codes) for st in plan.steps]
-        if not _whole(plan, specs, values):
-            return None
-        return _DualWholeProgram(plan, specs, tuple(v.shape for v in values),
-                                 _functions(plan), _unary_table())
+        if len(specs) <= MAX_RUN and _whole(plan, specs, values):
+            return _DualWholeProgram(plan, specs, tuple(v.shape for v in values),
+                                     _functions(plan), _unary_table())
+        return _mixed(plan, specs, info, (), _DualSegment)
     info = _c._node_info(plan, leaves)
     specs = [_c._step_spec(st, info, codes) for st in plan.steps]
     if plan.ynode is not None and len(specs) <= MAX_RUN and _whole(plan, specs, leaves):
@@ -762,13 +914,19 @@ def _source_for(plan, leaves):
                              _functions(plan), _unary_table())
     keep = () if plan.ynode is not None else \
         {r for k, r in getattr(plan, "outs", ()) if k == _SLOT}
+    return _mixed(plan, specs, info, keep, _SourceSegment)
+
+
+def _mixed(plan, specs, info, keep, segment):
+    """``plan`` with its runs as ``segment``s (a _MixedSource), or None when it has none."""
     segments = _c.plan_segments(plan, specs, MIN_RUN, MAX_RUN, keep)
     if not segments:
         return None
     mixed = _MixedSource.__new__(_MixedSource)
     mixed.__dict__.update(plan.__dict__)
+    mixed.__dict__.pop("_dual_steps", None)  # (made from the plan's own steps)
     mixed.steps, mixed.parents, mixed.segments = _c.splice_segments(plan, segments, specs, info,
-                                                                    _SourceSegment)
+                                                                    segment)
     return mixed
 
 
