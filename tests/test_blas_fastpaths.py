@@ -211,3 +211,89 @@ def test_gp_gradient_against_finite_differences():
         np.testing.assert_allclose(gx[i], (f(x + e, y, s) - f(x - e, y, s)) / (2 * h),
                                    rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(gs, (f(x, y, s + h) - f(x, y, s - h)) / (2 * h), rtol=1e-6)
+
+
+# --- solve_triangular: SciPy's checks, then BLAS (trsv for one right-hand side) ---------------
+def _tri(n, lower, dtype=np.float64, order="C"):
+    t = RNG.standard_normal((n, n)) + 3 * np.eye(n)
+    t = np.tril(t) if lower else np.triu(t)
+    t = t + np.triu(RNG.standard_normal((n, n)), 1) if lower else t  # junk never read
+    return np.asarray(t, dtype=dtype, order=order)
+
+
+@pytest.mark.parametrize("order", ["C", "F", "strided"])
+@pytest.mark.parametrize("bshape", [(7,), (7, 1), (7, 3)])
+@pytest.mark.parametrize("trans", [0, 1, 2, "T", "N"])
+def test_solve_triangular_matches_scipy(trans, bshape, order):
+    import scipy.linalg as sla
+    from mooncake_py.linalg import solve_triangular
+    for lower in (True, False):
+        for unit in (False, True):
+            a = _tri(14 if order == "strided" else 7, lower, order="C" if order == "strided"
+                     else order)
+            a = a[::2, ::2] if order == "strided" else a
+            b = RNG.standard_normal(bshape)
+            got = solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit)
+            want = sla.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_solve_triangular_float32_and_mixed_dtypes():
+    import scipy.linalg as sla
+    from mooncake_py.linalg import solve_triangular
+    a, b = _tri(6, True, np.float32), RNG.standard_normal(6).astype(np.float32)
+    got = solve_triangular(a, b, lower=True)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, sla.solve_triangular(a, b, lower=True), rtol=1e-5)
+    got = solve_triangular(a, b.astype(np.float64), lower=True)  # SciPy's way
+    np.testing.assert_allclose(got, sla.solve_triangular(a, b.astype(np.float64), lower=True),
+                               rtol=1e-6)
+
+
+def test_solve_triangular_errors_stay_scipys():
+    import scipy.linalg as sla
+    from mooncake_py.linalg import solve_triangular
+    a, b = _tri(5, True), RNG.standard_normal(5)
+    sing = a.copy()
+    sing[2, 2] = 0.0
+    bad = b.copy()
+    bad[1] = np.nan
+    for args, kw in [((sing, b), dict(lower=True)), ((a, bad), dict(lower=True)),
+                     ((a, b[:4]), dict(lower=True))]:
+        with pytest.raises(Exception) as ours:
+            solve_triangular(*args, **kw)
+        with pytest.raises(Exception) as theirs:
+            sla.solve_triangular(*args, **kw)
+        assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+    x = solve_triangular(a, bad, lower=True, check_finite=False)  # asked not to check
+    assert np.isnan(x[1:]).all() and np.isfinite(x[0])
+    np.testing.assert_allclose(solve_triangular(sing, b, lower=True, unit_diagonal=True),
+                               sla.solve_triangular(sing, b, lower=True, unit_diagonal=True))
+
+
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("lower", [True, False])
+def test_solve_triangular_rules_vector_rhs(lower, trans):
+    from mooncake_py.linalg import solve_triangular
+    a = _tri(5, lower)
+    f = lambda a, b: solve_triangular(np.tril(a) if lower else np.triu(a), b, lower=lower,
+                                      trans=trans)
+    check_rule(f, a, RNG.standard_normal(5))
+    check_rule(f, a, RNG.standard_normal((5, 1)))
+    check_rule(f, a, RNG.standard_normal((5, 2)))
+
+
+def test_blas_trsv_path_matches_trsm():
+    a = _tri(9, True)
+    for trans in (0, 1):
+        for order in ("C", "F"):
+            m = np.asarray(a, order=order)
+            b = RNG.standard_normal(9)
+            one = la._blas_trsm(m, b, trans, True, False)
+            col = la._blas_trsm(m, b[:, None], trans, True, False)
+            two = la._blas_trsm(m, np.stack([b, b], axis=1), trans, True, False)  # trsm
+            np.testing.assert_allclose(one, two[:, 0], rtol=1e-13, atol=1e-13)
+            np.testing.assert_array_equal(col[:, 0], one)
+            op = np.tril(m) if trans == 0 else np.tril(m).T
+            np.testing.assert_allclose(op @ one, b, rtol=1e-12, atol=1e-12)
