@@ -56,11 +56,15 @@ from ..pytree import flatten
 from ..rules import BUILTIN_RRULES
 from ..rules.broadcasting import shape_of
 from ..rules.derivative_table import load_for
+from ..array_ops import buffer_root, innermost
+from ..rules.indexing import is_basic_index
 from ..rules.mutation import MUTATORS
 from ..rules.registry import RRULES, COMPOSITES, ZERO_DERIVATIVE
 from . import dual_scalars, fastpath
 from .pullbacks import ItemRead
-from .tape import ComplexTape, Tape
+from .replay_writes import _VIEW_WRITE, _WRITE, run_view_write, run_write, sweeping_tape
+from .tape import (ComplexMutatingTape, ComplexTape, MutatingTape, Tape, _Rearranged, _Write,
+                   _holds_tracked)
 from .tracked import TrackedArray
 
 # Consecutive failed replays (guards that did not hold) after which a cache stops replaying.
@@ -71,6 +75,11 @@ _OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN, _SUM = 0, 1, 2, 3, 4, 5, 6
 # Kinds of a dual plan's run-time steps (Plan.dual_steps; never in Plan.steps): an _OP step on
 # dual scalars, run as the dual-scalar short paths of dual_scalars.py record it
 _DITEM, _DBIN, _DUNARY = 7, 8, 9
+# _WRITE = 10: ``values[h][key] = v`` into a buffer f allocated, and _VIEW_WRITE = 11: the node
+# of an array a write reached through a view of it. Their tuples and how they run are in
+# replay_writes.py: (_WRITE, node, h, key, is_slot, ref, region, vshape, vdtype, buftype) and
+# (_VIEW_WRITE, node, src, pullback); field 1 is the node made (an int, as for every step
+# that makes one).
 _DUAL = [dual_scalars.DualArray]
 _DUAL_NODES = (dual_scalars.binary_node, dual_scalars.unary_node)
 _binary_node = dual_scalars._binary_node
@@ -103,6 +112,9 @@ class PlanTape(Tape):
         super().__init__()
         self.plan_steps = []
         self.plan_broken = None  # why no plan can be made, once something unsupported ran
+        # id -> array: the buffers f allocated by a plan step (_ALLOCATORS), which a plan may
+        # write into (each replay allocates them afresh, as f did)
+        self._buffers = {}
 
     def _break(self, why):
         if self.plan_broken is None:
@@ -158,6 +170,20 @@ class PlanTape(Tape):
         step = _scalar_step(fn, tmpl, n0, args, v) if not kw and type(v) is _F64 else None
         self.plan_steps.append(step or (_OP, fn, RRULES[fn], tmpl, kw, needs, n0,
                                         tuple(shape_of(v)), dt))
+        if fn in _ALLOCATORS:
+            root = innermost(v)
+            if type(root) is np.ndarray and root.base is None and \
+                    (fn is not np.copy or type(v) is np.ndarray):
+                self._buffers[id(root)] = root
+
+    def write(self, h, key, value):
+        """A write: from here on this tape is a :class:`PlanMutatingTape`, which plans it."""
+        if self.plan_broken is None and type(self) is PlanTape:
+            self.__class__ = PlanMutatingTape
+            self._last_write, self._writes, self._max_write = {}, [], -1
+            return self.write(h, key, value)
+        self._break("a write")
+        return Tape.write(self, h, key, value)
 
     def observe(self, node, conv, result):
         """``conv(value)`` (bool, int, operator.index) of a tracked value was seen by ``f``."""
@@ -173,6 +199,110 @@ class PlanTape(Tape):
         # as any tape does (and stops logging).
         self._break("complex values")
         self.__class__ = ComplexTape
+
+
+# Ops whose float output owns fresh memory that f may write into (np.copy: of plain arrays only;
+# a dual's copy may share its tangent).
+_ALLOCATORS = frozenset([np.empty_like, np.zeros_like, np.ones_like, np.full_like, np.copy])
+
+
+class PlanMutatingTape(PlanTape, MutatingTape):
+    """A :class:`PlanTape` that has recorded a write. It checks reads as a MutatingTape does
+    (the re-view of a stale view is a plan step like any op) and logs each write into a
+    buffer that ``f`` allocated (:data:`_ALLOCATORS`) with a basic index as a _WRITE step, and
+    each array the write reaches through a view as a _VIEW_WRITE step (replay_writes.py).
+    Any other write (into an argument, a constant or another op's output, with an index array)
+    ends the plan."""
+
+    def record(self, fn, args, kwargs):
+        self.refresh_args(fn, args, kwargs)
+        return PlanTape.record(self, fn, args, kwargs)
+
+    def _review(self, fn, args, kwargs):
+        return PlanTape.record(self, fn, args, kwargs)
+
+    def _go_complex(self):
+        self._break("complex values")
+        self.__class__ = ComplexMutatingTape
+
+    def _view_chain(self, h):
+        chain = Tape._view_chain(self, h)
+        # the node each viewed array has before the write moves it (its value's source)
+        self._chain_srcs = [view[0]._node for view in chain]
+        return chain
+
+    def write(self, h, key, value):
+        if self.plan_broken is None:
+            why = self._unplanned_write(h, key, value)
+            if why is not None:
+                self._break(why)
+        if self.plan_broken is not None:
+            return Tape.write(self, h, key, value)
+        if type(value) in _SEQ and _holds_tracked(value, self):
+            value = np.stack(value)  # (as Tape.write would: an op of its own, a plan step)
+        n0, k0 = len(self._parents), len(self.plan_steps)
+        self._chain_srcs = []
+        try:
+            Tape.write(self, h, key, value)
+        except BaseException:
+            self._break("a write raised")
+            raise
+        if self.plan_broken is None:
+            self._log_write(n0, k0, value)
+
+    def _unplanned_write(self, h, key, value):
+        """Why this write cannot be a plan step, or None."""
+        if type(h) is not TrackedArray or h._tape is not self:
+            return "a write into a value of another transformation"
+        if not is_basic_index(key):
+            return "a write with an index array"
+        root = buffer_root(h._value)
+        if self._buffers.get(id(root)) is not root:
+            return "a write into an array that f did not allocate"
+        if not (type(value) is TrackedArray and value._tape is self):
+            if type(value) in _SEQ:
+                if any(type(b) in WRAPPER_TYPES and not (type(b) is TrackedArray and
+                                                         b._tape is self) for b in value):
+                    return "a write of a value of another transformation"
+            elif _holds_wrapper(value) or not isinstance(value, _VALUE_TYPES):
+                return "a write of a value of another transformation"
+        return None
+
+    def _log_write(self, n0, k0, value):
+        made = {_made_node(st) for st in self.plan_steps[k0:]}  # (re-views of stale views)
+        srcs = iter(self._chain_srcs)
+        for node in range(n0, len(self._parents)):
+            if node in made:
+                continue
+            pb = self._pullbacks[node]
+            if type(pb) is _Write and pb.buf is not None and pb.land is None:
+                prev, vnode = self._parents[node]
+                ref = _copy(value) if vnode is None else vnode
+                self.plan_steps.append((_WRITE, node, prev, pb.key, vnode is not None, ref,
+                                        pb.region, pb.vshape, pb.vdtype, type(pb.buf)))
+            elif (type(pb) is _Write and pb.buf is None) or type(pb) is _Rearranged:
+                src = next(srcs, None)
+                if src is None:
+                    raise AssertionError("a view write without its array")
+                self.plan_steps.append((_VIEW_WRITE, node, src, pb))
+            else:
+                self._break("a write made a node of an unknown kind")
+                return
+
+
+_PLAN_TAPES = frozenset([PlanTape, PlanMutatingTape])
+
+
+def _made_node(step):
+    """The node a plan step makes (None for guards and observations)."""
+    kind = step[0]
+    if kind == _OP:
+        return step[6]
+    if kind == _WRITE or kind == _VIEW_WRITE:
+        return step[1]
+    if kind == _GUARD or kind == _OBSERVE:
+        return None
+    return step[2]
 
 
 def _scalar_step(fn, tmpl, node, args, y):
@@ -307,6 +437,8 @@ class Plan:
         self.inputs = inputs
         self.ynode = ynode
         self.constants = constants  # (position among the flattened leaves, recorded copy)
+        # the write nodes (_WRITE steps) in recording order: the sweep undoes and redoes them
+        self.writes = list(getattr(tape, "_writes", ()))
         self.short = len(self.steps) < _GC_PAUSE_STEPS
 
     def run(self, leaves):
@@ -422,6 +554,10 @@ class Plan:
                     _general_op(step, values, pbs)
                 else:
                     values[node], pbs[node] = made
+            elif kind == _WRITE:
+                run_write(step, values, pbs)
+            elif kind == _VIEW_WRITE:
+                run_view_write(step, values, pbs)
             else:
                 check_guard(step, values)
         return values, pbs
@@ -434,6 +570,8 @@ class Plan:
         if tape._debug:  # debug mode checks every cotangent: the recording path does that
             raise _Failed()
         tape._pullbacks, tape._parents, tape._fns = pbs, self.parents, self.fns
+        if self.writes:
+            sweeping_tape(tape, self.writes)
         try:
             if seeds is None:
                 ys = TrackedArray(y, tape, self.ynode)
@@ -538,7 +676,7 @@ def _observing(conv, general):
     def method(self):
         r = general(self)
         t = self._tape
-        if type(t) is PlanTape:
+        if type(t) in _PLAN_TAPES:
             t.observe(self._node, conv, r)
         return r
     method.__name__ = general.__name__
@@ -790,8 +928,8 @@ def _finisher(tr, args, nums, dual=False):
 
 def _plannable(tape, tr, args, nums, before, dual):
     """Whether the recording on ``tape`` can be a plan (see the module docstring)."""
-    if type(tape) is not PlanTape and getattr(tape, "_open_class", None) is not PlanTape:
-        return False  # it became a MutatingTape: writes are not planned
+    if type(tape) not in _PLAN_TAPES and getattr(tape, "_open_class", None) not in _PLAN_TAPES:
+        return False  # it became a plain MutatingTape (a write no plan step represents)
     if tape.plan_broken is not None:
         return False
     leaves, consts = _split_leaves(args, nums, dual)
@@ -805,8 +943,7 @@ def _plannable(tape, tr, args, nums, before, dual):
         return False
     # every other node must be made by a step of the plan (a safety net: a node recorded by a
     # path the plan does not see would be missing from the replay)
-    made = [st[6] if st[0] == _OP else st[2] for st in tape.plan_steps
-            if st[0] not in (_GUARD, _OBSERVE)]
+    made = [_made_node(st) for st in tape.plan_steps if st[0] not in (_GUARD, _OBSERVE)]
     return made == list(range(len(inputs), len(tape._parents)))
 
 

@@ -544,6 +544,7 @@ class MutatingTape(Tape):
     """
 
     def record(self, fn, args, kwargs):
+        # (refresh_args's loop, inline: this is every op of a tape that writes)
         mw = self._max_write
         for a in args:
             t = type(a)
@@ -580,8 +581,29 @@ class MutatingTape(Tape):
             c = view[0]
         for h in reversed(stale):
             parent, vfn, args, kwargs = h._view
-            r = Tape.record(self, vfn, (parent,) + args, kwargs)
+            r = self._review(vfn, (parent,) + args, kwargs)
             h._value, h._node = r._value, r._node
+
+    def _review(self, fn, args, kwargs):
+        """Record a stale view's view again (a PlanTape logs it as a step of its plan)."""
+        return Tape.record(self, fn, args, kwargs)
+
+    def refresh_args(self, fn, args, kwargs):
+        """Bring every tracked argument of ``fn`` up to date with its buffer, as :meth:`record`
+        does before recording (for subclasses that record by another path)."""
+        mw = self._max_write
+        for a in args:
+            if type(a) is TrackedArray:
+                if a._node < mw and a._tape is self:
+                    self._fresh(a, "read", fn)
+            elif type(a) in _SEQ:
+                for b in a:
+                    if type(b) is TrackedArray and b._node < mw and b._tape is self:
+                        self._fresh(b, "read", fn)
+        for v in (kwargs.values() if kwargs else ()):
+            for b in (v if type(v) in _SEQ else (v,)):
+                if type(b) is TrackedArray and b._node < mw and b._tape is self:
+                    self._fresh(b, "read", fn)
 
     def gradient(self, y, xs, seed=None, seeds=None):
         for yi in (y if type(y) is list else [y]):
@@ -604,7 +626,7 @@ class MutatingTape(Tape):
             for i in range(start, -1, -1):
                 pb = pullbacks[i]
                 g = cts[i]
-                if type(pb) is _Write:
+                if type(pb) in _WRITE_TYPES:
                     if g is not None:
                         if i not in keep:
                             cts[i] = None
@@ -715,6 +737,29 @@ class _Write:
             cur = np.copy(cur)
         buf[key] = self.saved
         self.saved = cur
+
+
+class _DualItemWrite(_Write):
+    """A write node of one element of a dual buffer (no lanes), as a replayed plan makes it:
+    ``buf`` and ``tangent`` are the buffer's primal and tangent arrays, ``saved`` and
+    ``tsaved`` the element's other primal and tangent (see :class:`_Write`). Swapping the two
+    float64s directly costs a fraction of a dual getitem, copy and setitem; the contents are the
+    same."""
+    __slots__ = ("tangent", "tsaved")
+
+    def __init__(self, p, t, key, saved, tsaved, region, vshape, vdtype):
+        _Write.__init__(self, p, key, saved, None, True, region, vshape, vdtype)
+        self.tangent, self.tsaved = t, tsaved
+
+    def swap(self):
+        p, t, key = self.buf, self.tangent, self.key
+        cp, ct = p[key], t[key]
+        p[key], t[key] = self.saved, self.tsaved
+        self.saved, self.tsaved = cp, ct
+
+
+# The pullback types of write nodes (what MutatingTape._sweep swaps and splits).
+_WRITE_TYPES = frozenset([_Write, _DualItemWrite])
 
 
 def _zero_of(v):

@@ -1,0 +1,113 @@
+"""The write steps of a replay plan (replay.py): ``buf[key] = value`` into a buffer that ``f``
+allocated itself, replayed as :meth:`~mooncake_py.tape.tape.Tape.write` records it.
+
+A recorded write is a node whose pullback is a ``_Write`` holding the region it overwrote;
+the sweep of a :class:`~mooncake_py.tape.tape.MutatingTape` splits the cotangent at that node
+and swaps the region back (and forward again afterwards), so that earlier pullbacks read the
+values they saw. A replayed write makes the same node from the replay's buffer, and the
+replay sweeps on a MutatingTape with the same list of write nodes: the same undo and redo,
+the same cotangents.
+
+Step layouts (tuples; the kinds are numbered after replay.py's):
+
+- ``(_WRITE, node, h, key, is_slot, ref, region, vshape, vdtype, buftype)``: ``values[h][key]
+  = v`` where ``v`` is ``values[ref]`` (``is_slot``) or the constant ``ref``; ``values[node]``
+  is the same buffer afterwards. ``key`` is a basic index (ints, slices, Ellipsis, None);
+  ``region``, ``vshape`` and ``vdtype`` are those of the recorded write node; ``buftype`` the
+  type of the recorded buffer (ndarray, or DualArray in a plan recorded on duals).
+- ``(_VIEW_WRITE, node, src, pb)``: the node of an array that a write reached through a view
+  of it (``y[i][j] = v`` moves ``y`` too): ``values[node]`` is ``values[src]`` (the array, not
+  a copy), and ``pb`` the recorded pullback, which holds no state of its own.
+
+Example:
+    >>> import numpy as np
+    >>> buf = np.zeros(3)
+    >>> values, pbs = [buf, np.float64(2.0), None], [None] * 3
+    >>> run_write((_WRITE, 2, 0, (1,), True, 1, (), (), np.dtype(float), np.ndarray),
+    ...           values, pbs)
+    >>> buf.tolist(), pbs[2].saved
+    ([0.0, 2.0, 0.0], np.float64(0.0))
+"""
+import numpy as np
+
+from .tape import MutatingTape, _DualItemWrite, _NP_SCALARS, _Write
+
+_WRITE, _VIEW_WRITE = 10, 11
+_F64 = np.float64
+_DUAL = []  # [DualArray], set on first use (the dual layer imports the tape)
+
+
+class WriteFailed(Exception):
+    """A write step cannot run on this replay's values (the plan must be recorded again)."""
+
+
+def run_write(step, values, pbs):
+    """Run a _WRITE step: the write, in place, and its node's pullback."""
+    _, node, h, key, is_slot, ref, region, vshape, vdtype, buftype = step
+    buf = values[h]
+    if type(buf) is not buftype:
+        raise WriteFailed()
+    v = values[ref] if is_slot else ref
+    if buftype is not np.ndarray:
+        made = _dual_item_write(buf, key, v, region, vshape, vdtype)
+        if made is not None:
+            values[node], pbs[node] = buf, made
+            return
+    old = buf[key]
+    if type(old) not in _NP_SCALARS:
+        old = np.copy(old)
+    buf[key] = v
+    values[node] = buf
+    pbs[node] = _Write(buf, key, old, None, True, region, vshape, vdtype)
+
+
+def _dual_item_write(buf, key, v, region, vshape, vdtype):
+    """One float64 element of a dual buffer without lanes written with a dual scalar of the
+    same tag (or a plain number): the two float64s written directly, as DualArray's own write
+    does (primal, then tangent); None where its general path must run."""
+    if region:
+        return None
+    tag = buf._tag
+    if tag.lanes or tag._watch:
+        return None
+    p, t = buf._value, buf._tangent
+    if type(p) is not np.ndarray or type(t) is not np.ndarray or not t.flags.writeable:
+        return None
+    D = _DUAL[0] if _DUAL else _dual_type()
+    tv = type(v)
+    if tv is D:
+        if v._tag is not tag:
+            return None
+        vp, vt = v._value, v._tangent
+        if type(vp) is not _F64 or type(vt) is not _F64:
+            return None
+    elif tv is _F64 or tv is float:
+        vp, vt = v, 0
+    else:
+        return None
+    op, ot = p[key], t[key]
+    if type(op) is not _F64 or type(ot) is not _F64:
+        return None
+    p[key] = vp
+    t[key] = vt
+    return _DualItemWrite(p, t, key, op, ot, region, vshape, vdtype)
+
+
+def _dual_type():
+    from ..dual.dual_array import DualArray
+    _DUAL.append(DualArray)
+    return DualArray
+
+
+def run_view_write(step, values, pbs):
+    """Run a _VIEW_WRITE step."""
+    _, node, src, pb = step
+    values[node] = values[src]
+    pbs[node] = pb
+
+
+def sweeping_tape(tape, writes):
+    """Make the replay's sweep ``tape`` (a fresh, plain Tape) sweep as a MutatingTape whose
+    write nodes are ``writes``; it records nothing, so no read is ever stale."""
+    tape.__class__ = MutatingTape
+    tape._last_write, tape._writes, tape._max_write = {}, writes, -1
