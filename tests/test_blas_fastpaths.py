@@ -99,16 +99,6 @@ def test_hvp_through_relu_and_square():
     np.testing.assert_allclose(mp.hvp(f)(W, v), fd, rtol=1e-6, atol=1e-7)
 
 
-# --- subtract: negation after the broadcast sum -----------------------------------------------
-def test_outer_difference_gradient():
-    x = RNG.standard_normal(9)
-    w = RNG.standard_normal((9, 9))
-    g = mp.grad(lambda x: np.sum((x[:, None] - x[None, :]) * w))(x)
-    np.testing.assert_array_equal(g, np.sum(w, axis=1) + -np.sum(w, axis=0))
-    check_rule(np.subtract, RNG.standard_normal((3, 1)), RNG.standard_normal((1, 4)))
-    check_rule(np.subtract, RNG.standard_normal(()), RNG.standard_normal((2, 3)))
-
-
 # --- matmul ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_matrix_product_gradient(dtype):

@@ -114,18 +114,8 @@ def _unary_rule(entry):
     return rule
 
 
-def _cotangent(entry, k):
-    """``(g, a, b, y, shape) -> cotangent`` of input ``k`` of a binary op, summed to ``shape``.
-    A derivative of -1 negates after the sum, on the smaller array (the same numbers: the
-    rounding of a sum is symmetric under negation): ``x[:, None] - x[None, :]``."""
-    if entry.d1[k] == "-1":
-        return lambda g, a, b, y, shape: -unbroadcast(g, shape)
-    part = _partial(entry, k)
-    return lambda g, a, b, y, shape: unbroadcast(part(g, a, b, y), shape)
-
-
 def _binary_rule(entry):
-    uf, ca, cb = entry.ufunc, _cotangent(entry, 0), _cotangent(entry, 1)
+    uf, pa, pb = entry.ufunc, _partial(entry, 0), _partial(entry, 1)
     op = _OPERATORS.get(uf, uf)
 
     def rule(args, kwargs, needs):
@@ -133,8 +123,8 @@ def _binary_rule(entry):
         y = uf(a, b, **kwargs) if kwargs else op(a, b)
 
         def pullback(g):
-            return (ca(g, a, b, y, shape_of(a)) if needs[0] else None,
-                    cb(g, a, b, y, shape_of(b)) if needs[1] else None)
+            return (unbroadcast(pa(g, a, b, y), shape_of(a)) if needs[0] else None,
+                    unbroadcast(pb(g, a, b, y), shape_of(b)) if needs[1] else None)
         return y, pullback
     rule.__name__ = f"rrule({fn_name(uf)})"
     return rule
