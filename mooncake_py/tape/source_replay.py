@@ -53,6 +53,7 @@ Example:
     ('SourcePlan', 1)
 """
 import math
+import re
 import time
 
 import numpy as np
@@ -333,8 +334,53 @@ def _program(entry, kind, k, present):
             for v in _PROGRAM_VARS:
                 text = text.replace(f"__{v}__", "{" + v + "}")
             return text
-        got = _PROGRAMS[key] = ([template(t) for t in stmts], [template(t) for t in outs])
+        got = _PROGRAMS[key] = _inline([template(t) for t in stmts],
+                                       [template(t) for t in outs])
     return got
+
+
+_ASSIGN = re.compile(r"^(\w+) = (.*)$")
+_ATOM = re.compile(r"^(\{\w+\}|\w+|\d+\.?\d*(e-?\d+)?)$")
+
+
+def _inline(stmts, outs):
+    """A program's statements with its copies (``d = {b}``) substituted into the statements
+    after them, and each temporary that only an output reads written into that output, in
+    parentheses: the same operations in the same order, in fewer statements (the generated
+    code runs each of them once per step)."""
+    subst, kept = {}, []
+
+    def sub(text):
+        for name, atom in subst.items():
+            text = re.sub(rf"(?<![\w{{]){name}(?![\w}}])", lambda _: atom, text)
+        return text
+    for st in stmts:
+        m = _ASSIGN.match(st)
+        if m is None:
+            return stmts, outs  # (a form not expected: left as it is)
+        target, expr = m.group(1), sub(m.group(2))
+        subst.pop(target, None)
+        if _ATOM.match(expr):
+            subst[target] = expr
+        else:
+            kept.append((target, expr))
+    outs = [sub(o) for o in outs]
+    names = [t for t, _ in kept]
+    if len(set(names)) != len(names):
+        return [f"{t} = {e}" for t, e in kept], outs  # (a temporary assigned twice: as it is)
+    k = len(kept) - 1
+    while k >= 0:  # from the last: a temporary read exactly once is written where it is read
+        target, expr = kept[k]
+        word = re.compile(rf"(?<![\w{{]){target}(?![\w}}])")
+        uses = [len(word.findall(e)) for _, e in kept[k + 1:]] + \
+            [len(word.findall(o)) for o in outs]
+        if sum(uses) == 1:
+            put = (lambda _, e=expr: f"({e})")
+            kept = kept[:k] + [(t, word.sub(put, e)) for t, e in kept[k + 1:]]
+            outs = [word.sub(put, o) for o in outs]
+        k -= 1
+    final = [f"{t} = {e}" for t, e in kept]
+    return final, outs
 
 
 def _dual_entries():
