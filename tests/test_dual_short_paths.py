@@ -187,3 +187,100 @@ def test_fortran_ordered_result_gets_a_c_ordered_tangent_when_the_primal_is():
     y = np.sin(d)
     assert mp.primal(y).flags.c_contiguous and mp.tangent(y).flags.c_contiguous
     _bitwise(mp.tangent(y), np.cos(x) * v)
+
+
+# --- sums over axes and views of duals without lanes ---------------------------------------------
+from mooncake_py.dual.core_rules import _sum_frule, _sum_native, _VIEW_NATIVES  # noqa: E402
+from mooncake_py.rules.registry import FRULES  # noqa: E402
+
+
+def _layouts(shape):
+    a = RNG.standard_normal(shape)
+    yield a
+    yield np.asfortranarray(a)
+    big = RNG.standard_normal(tuple(2 * n for n in shape))
+    yield big[tuple(slice(None, None, 2) for _ in shape)]  # strided
+    if len(shape) == 2:
+        yield RNG.standard_normal(shape[::-1]).T
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"axis": 0}, {"axis": 1}, {"axis": -1}, {"axis": (0,)}, {"axis": (1,)}, {"axis": (0, 1)},
+    {"axis": (0, 1), "keepdims": True}, {"axis": 1, "keepdims": True},
+    {"axis": None, "keepdims": True},
+    {"axis": (1,), "dtype": None, "out": None, "keepdims": False},
+])
+@pytest.mark.parametrize("shape", [(7, 5), (128, 128), (3, 1)])
+def test_axis_sum_native_equals_lane_frule(kwargs, shape):
+    for x in _layouts(shape):
+        for t in _layouts(shape):
+            out, tout = _sum_native([x], [t], 0, dict(kwargs))
+            ref_out, ref_t = _run_rule(np.sum, _sum_frule, [x], [t], 0, dict(kwargs))
+            _bitwise(out, ref_out)
+            _bitwise(tout, ref_t)
+
+
+def test_axis_sum_native_leaves_other_keywords_to_the_frule():
+    x, t = RNG.standard_normal((4, 3)), RNG.standard_normal((4, 3))
+    out, tout = _sum_native([x], [t], 0, {"axis": 0, "where": x > 0})
+    _bitwise(tout, np.sum(np.where(x > 0, t, 0), axis=0))
+    out, tout = _sum_native([x], [t[None]], 1, {"axis": 0})  # lanes
+    _bitwise(tout, np.sum(t, axis=0)[None])
+
+
+@pytest.mark.parametrize("fn, extra", [
+    (np.swapaxes, (-1, -2)), (np.swapaxes, (0, 1)), (np.moveaxis, ((-2, -1), (0, 1))),
+    (np.moveaxis, (0, -1)), (np.expand_dims, (-1,)), (np.expand_dims, (0,)),
+    (np.transpose, ()), (np.transpose, ((1, 0),)), (np.reshape, ((-1,),)),
+    (np.reshape, ((2, -1),)),
+])
+@pytest.mark.parametrize("shape", [(4, 6), (128, 128)])
+def test_view_natives_equal_lane_frules(fn, extra, shape):
+    native, rule = _VIEW_NATIVES[fn], FRULES[fn]
+    for x in _layouts(shape):
+        for t in _layouts(shape):
+            prim = [x, *extra]
+            tans = [t] + [None] * len(extra)
+            out, tout = native(prim, tans, 0, {})
+            ref_out, ref_t = _run_rule(fn, rule, prim, tans, 0, {})
+            _bitwise(out, ref_out)
+            _bitwise(tout, ref_t)
+            assert np.shares_memory(tout, t) == np.shares_memory(ref_t, t)
+
+
+def test_reshape_with_an_order_takes_the_frule():
+    x = np.asfortranarray(RNG.standard_normal((3, 4)))
+    t = RNG.standard_normal((3, 4))  # C-ordered: "A" must follow the primal, not the tangent
+    native, rule = _VIEW_NATIVES[np.reshape], FRULES[np.reshape]
+    prim, tans = [x, (12,), "A"], [t, None, None]
+    out, tout = native(prim, tans, 0, {})
+    ref_out, ref_t = _run_rule(np.reshape, rule, prim, tans, 0, {})
+    _bitwise(tout, ref_t)
+    _bitwise(tout, np.ravel(t, order="F"))
+
+
+def test_views_of_duals_stay_paired_for_writes():
+    x, v = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    d = mp.dual(x.copy(), v.copy())
+    for view in (np.swapaxes(d, 0, 1), np.transpose(d), np.moveaxis(d, 0, -1),
+                 np.expand_dims(d, 0), np.reshape(d, (12,))):
+        assert np.shares_memory(mp.tangent(view), mp.tangent(d))
+    w = np.swapaxes(d, 0, 1)
+    w[1, 2] = 3.0 * d[0, 0]
+    assert mp.tangent(d)[2, 1] == 3.0 * v[0, 0]
+
+
+def test_hvp_through_axis_sums_and_views_matches_the_hessian():
+    x, v = RNG.standard_normal((5, 4)), RNG.standard_normal((5, 4))
+
+    def f(x):
+        d = x[:, None, :] - x[None, :, :]
+        k = np.exp(-0.5 * np.sum(d ** 2, axis=-1))
+        return np.sum(np.swapaxes(k, 0, 1) @ np.sin(x)) + np.sum(np.reshape(x, (-1,)) ** 3)
+
+    hv = mp.hvp(f)(x, v)
+    H = mp.hessian(f)(x).reshape(20, 20)
+    np.testing.assert_allclose(hv.ravel(), H @ v.ravel(), rtol=1e-11, atol=1e-11)
+    eps = 1e-6
+    fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6)

@@ -149,7 +149,30 @@ def _sum_native(primals, tangents, lanes, kwargs):
             if not lanes:
                 return y, _add_reduce(t, axis=None)
             return y, _add_reduce(t, axis=tuple(range(1, t.ndim)))
+    elif not lanes and len(primals) == 1 and _axis_sum_kwargs(kwargs):
+        # a sum over some axes (unbroadcast in a sweep): what np.sum runs, on both
+        x, t = primals[0], tangents[0]
+        if type(x) is np.ndarray and type(t) is np.ndarray:
+            axis, keepdims = kwargs.get("axis"), kwargs.get("keepdims", False)
+            return (_add_reduce(x, axis=axis, keepdims=keepdims),
+                    _add_reduce(t, axis=axis, keepdims=keepdims))
     return _run_rule(np.sum, _sum_frule, primals, tangents, lanes, kwargs)
+
+
+def _axis_sum_kwargs(kwargs):
+    """Whether the keywords are at most an int or tuple ``axis`` and a bool ``keepdims`` (and
+    the rrule's defaults for the others)."""
+    for k, v in kwargs.items():
+        if k == "axis":
+            if not (v is None or type(v) is int or
+                    (type(v) is tuple and all(type(a) is int for a in v))):
+                return False
+        elif k == "keepdims":
+            if type(v) is not bool:
+                return False
+        elif not (v is None and (k == "dtype" or k == "out")):
+            return False
+    return True
 
 
 _sum_frule._mc_native = _sum_native
@@ -174,3 +197,31 @@ def _stack_native(primals, tangents, lanes, kwargs):
 
 
 _stack_frule._mc_native = _stack_native
+
+
+# --- views: the same view of the tangent --------------------------------------------------------
+# Linear algebra rules move axes around on duals (swapaxes of every matrix a solve or product
+# takes, moveaxis, expand_dims); without lanes the registered frules' result is that call on the
+# tangent, here without a lane axis to add, shift past and drop.
+def _same_view(fn, nargs):
+    rule = FRULES[fn]
+
+    def native(primals, tangents, lanes, kwargs):
+        if not lanes and not kwargs and len(primals) <= nargs:
+            t = tangents[0]
+            if type(t) is np.ndarray and type(primals[0]) is np.ndarray:
+                for u in tangents[1:]:
+                    if u is not None:
+                        break
+                else:
+                    return fn(*primals), fn(t, *primals[1:])
+        return _run_rule(fn, rule, primals, tangents, lanes, kwargs)
+    rule._mc_native = native
+    return native
+
+
+# (np.reshape: the shape only, so order "C" for both whatever their layouts; an order argument,
+# "A" decided by the primal's layout, takes the registered frule)
+_VIEW_NATIVES = {fn: _same_view(fn, n) for fn, n in ((np.swapaxes, 3), (np.moveaxis, 3),
+                                                      (np.expand_dims, 2), (np.transpose, 2),
+                                                      (np.reshape, 2))}
