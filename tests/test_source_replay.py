@@ -419,3 +419,28 @@ def test_hvp_float_errors_fall_back_to_python_replay(bad):
     _compare_hvp(mp.value_and_hvp(c, _risky, v, x0 * 2), mp.value_and_hvp(cp, _risky, v, x0 * 2),
                  False)
     assert c._replay.plan.runs == 1
+
+
+def test_code_cache_across_processes_and_a_damaged_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(sr, "_cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(sr, "_CODE", {})
+    x = np.linspace(0.5, 2, 25)
+
+    def run():
+        r = sr.SourceReplayer()
+        r.call(_loop, (x,), (0,))
+        return r.call(_loop, (x * 2,), (0,))
+    before = dict(sr.TIMES)
+    want = run()
+    files = list(tmp_path.glob("source_*.marshal"))
+    assert len(files) == 1 and sr.TIMES["compiled"] == before["compiled"] + 1
+    sr._CODE.clear()                       # (as a new process would start)
+    _compare(run(), want, True)
+    assert sr.TIMES["loaded"] == before["loaded"] + 1
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[:-7] + b"garbage")
+    sr._CODE.clear()
+    _compare(run(), want, True)            # the damaged file is ignored, compiled again...
+    assert sr.TIMES["compiled"] == before["compiled"] + 2
+    assert files[0].read_bytes() != data[:-7] + b"garbage"   # ...and written again
+    assert sr._read_code(str(files[0])) is not None

@@ -52,9 +52,15 @@ Example:
     >>> type(c._replay.plan).__name__, c._replay.plan.runs
     ('SourcePlan', 1)
 """
+import hashlib
+import marshal
 import math
+import os
 import re
+import sys
+import tempfile
 import time
+import types
 
 import numpy as np
 
@@ -67,8 +73,10 @@ MIN_RUN = 8
 # Steps per generated function: compile() time is about linear in the source, a few µs a
 # line; this keeps one function's compile under ~0.1 s and its code object modest.
 MAX_RUN = 4000
-# Seconds spent generating and compiling source, summed over all plans (for benchmarks).
-TIMES = {"generate_s": 0.0, "compile_s": 0.0, "functions": 0}
+# Seconds spent generating source and compiling it (or loading its code object), summed over
+# all plans, and how many functions were built ("compiled": by compile(); "loaded": from the
+# cache), for benchmarks and tests.
+TIMES = {"generate_s": 0.0, "compile_s": 0.0, "functions": 0, "compiled": 0, "loaded": 0}
 
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
@@ -232,11 +240,12 @@ def _gradient_list(names, size):
 
 
 def _build(name, params, body):
-    """Compile ``def name(params): body`` in the generated code's namespace."""
+    """Compile ``def name(params): body`` in the generated code's namespace (the code object
+    from this process's memo or the on-disk cache when the same source was compiled before)."""
     t0 = time.perf_counter()
     src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {ln}\n" for ln in body)
     t1 = time.perf_counter()
-    code = compile(src, f"<mooncake_py source replay {name}>", "exec")
+    code = _code_for(src, name)
     t2 = time.perf_counter()
     ns = _namespace()
     exec(code, ns)
@@ -244,6 +253,72 @@ def _build(name, params, body):
     TIMES["compile_s"] += t2 - t1
     TIMES["functions"] += 1
     return ns[name]
+
+
+# Code objects of generated sources, by the source's SHA-1: this process's (the last
+# _CODE_MAX) and, in the kernel cache directory, those of earlier processes (marshal files
+# checked by a digest of their contents: a damaged file is compiled and written again).
+_CODE = {}
+_CODE_MAX = 64
+_MAGIC = b"mooncake_py source replay 1\n"
+
+
+def _cache_dir():
+    from ..dual.kernels_cpu import kernel_dir
+    return kernel_dir()
+
+
+def _code_path(key):
+    d = _cache_dir()
+    if d is None:
+        return None
+    return os.path.join(d, f"source_{key}.{sys.implementation.cache_tag}.marshal")
+
+
+def _code_for(src, name):
+    key = hashlib.sha1(src.encode()).hexdigest()
+    code = _CODE.get(key)
+    if code is None:
+        path = _code_path(key)
+        code = _read_code(path) if path is not None else None
+        if code is None:
+            code = compile(src, f"<mooncake_py source replay {name} {key[:12]}>", "exec")
+            TIMES["compiled"] += 1
+            if path is not None:
+                _write_code(path, code)
+        else:
+            TIMES["loaded"] += 1
+        if len(_CODE) >= _CODE_MAX:
+            _CODE.pop(next(iter(_CODE)))
+        _CODE[key] = code
+    return code
+
+
+def _read_code(path):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    n = len(_MAGIC)
+    if data[:n] != _MAGIC or hashlib.sha1(data[n + 20:]).digest() != data[n:n + 20]:
+        return None
+    try:
+        code = marshal.loads(data[n + 20:])
+    except (ValueError, EOFError, TypeError):
+        return None
+    return code if type(code) is types.CodeType else None
+
+
+def _write_code(path, code):
+    payload = marshal.dumps(code)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_MAGIC + hashlib.sha1(payload).digest() + payload)
+        os.replace(tmp, path)  # (atomic: a concurrent reader sees the old file or the new)
+    except OSError:
+        pass
 
 
 def _unpack(node, shape, src):
@@ -938,7 +1013,7 @@ class SourcePlan:
 def _source_for(plan, leaves):
     """What runs ``plan`` with generated source: a :class:`_WholeProgram`, a mixed plan
     with source segments, or None when it has no run of :data:`MIN_RUN` scalar steps."""
-    codes = _c._opcodes()
+    codes = _OPCODES or _OPCODES.update(_c._opcodes()) or _OPCODES
     if leaves and type(leaves[0]) is _dual_type():
         # a plan on duals (an HVP cache's): one function when it is all scalar steps, else
         # Python replay (as compiled.py, mixed dual plans are not split)
@@ -974,6 +1049,9 @@ def _mixed(plan, specs, info, keep, segment):
     mixed.steps, mixed.parents, mixed.segments = _c.splice_segments(plan, segments, specs, info,
                                                                     segment)
     return mixed
+
+
+_OPCODES = {}  # compiled._opcodes(), once
 
 
 def _functions(plan):
