@@ -444,3 +444,33 @@ def test_code_cache_across_processes_and_a_damaged_file(tmp_path, monkeypatch):
     assert sr.TIMES["compiled"] == before["compiled"] + 2
     assert files[0].read_bytes() != data[:-7] + b"garbage"   # ...and written again
     assert sr._read_code(str(files[0])) is not None
+
+
+def test_hessian_lanes_stay_python_replay(monkeypatch):
+    # a Hessian cache's duals carry lanes (one tangent per direction): nothing is generated
+    # for them, the replayer keeps the plain plan
+    import mooncake_py.second_order as so
+    monkeypatch.setattr(so, "Replayer", sr.SourceReplayer)
+    x = np.linspace(0.2, 1.4, 6)
+    c = mp.prepare_hessian_cache(_loop, x)
+    for k in (1.0, 1.5, 2.0):
+        y, g, H = mp.value_gradient_and_hessian(c, _loop, x * k)
+        _close(H, mp.hessian(_loop)(x * k))
+        _close(g, mp.grad(_loop)(x * k))
+    replayers = [rp for d in vars(c).values() if isinstance(d, dict) for rp in d.values()
+                 if isinstance(rp, sr.SourceReplayer)]
+    assert replayers and all(type(rp.plan) is Plan and rp.replays == 2 for rp in replayers)
+
+
+def test_values_of_another_kind_replay_the_python_way():
+    x = np.linspace(0.5, 2, 10)
+    py, src = _pair(_loop, (x,))
+    src.call(_loop, (x,), (0,))
+    plan = src.plan
+    assert plan.runs == 1
+
+    def unfit(leaves):
+        raise sr._Unfit()
+    plan._how.run = unfit     # (as for a call whose values the code was not written for)
+    _compare(src.call(_loop, (x * 3,), (0,)), py.call(_loop, (x * 3,), (0,)), True)
+    assert plan.runs == 1 and plan.fallbacks == 1 and src.failures == 0 and src.plan is plan

@@ -89,7 +89,14 @@ class _NonFinite(ArithmeticError):
     """The generated code's value or gradient is not finite: NumPy would have warned."""
 
 
+class _Unfit(Exception):
+    """This call's values are not of the kinds the generated code was written for (another
+    shape, a tangent with lanes, a cotangent of another tag...): the plan replays them the
+    Python way, which decides (and re-records where the plan does not hold)."""
+
+
 _FLOAT_ERRORS = (ArithmeticError, ValueError)
+_PYTHON_WAY = _FLOAT_ERRORS + (_Unfit,)
 _SYM = {1: "+", 2: "-", 3: "*", 4: "/", 5: ">", 6: ">=", 7: "<", 8: "<=", 9: "==", 10: "!="}
 _MATH = {"arctan": math.atan, "abs": math.fabs}
 _NOTHING = object()  # a plan with no run worth generating: plain Python replay
@@ -369,10 +376,10 @@ class _WholeProgram:
 
     def run(self, leaves):
         if len(leaves) != len(self.shapes):
-            raise _Failed()
+            raise _Unfit()
         for leaf, shape in zip(leaves, self.shapes):
             if not _c._f64_array(leaf, shape):
-                raise _Failed()
+                raise _Unfit()
         _c._check_rules(self.fns)
         y, gs = self.fn(*leaves)
         if y - y != 0.0:
@@ -629,14 +636,14 @@ class _DualWholeProgram:
     def run(self, leaves):
         dual = _dual_type()
         if len(leaves) != len(self.shapes) or not leaves:
-            raise _Failed()
+            raise _Unfit()
         tag = leaves[0]._tag
         for leaf, shape in zip(leaves, self.shapes):
             # (a tangent with lanes, a Hessian's, fails the shape check: Python replay)
             if type(leaf) is not dual or leaf._tag is not tag or \
                     not _c._f64_array(leaf._value, shape) or \
                     not _c._f64_array(leaf._tangent, shape):
-                raise _Failed()
+                raise _Unfit()
         _c._check_rules(self.fns)
         y, yt, gs = self.fn(*[leaf._value for leaf in leaves],
                             *[leaf._tangent for leaf in leaves])
@@ -753,7 +760,7 @@ class _SourceSegment:
         E = len(self.scalars)
         for v, shape in zip(values[E:], self.shapes):
             if not _c._f64_array(v, shape):
-                raise _Failed()
+                raise _Unfit()
         fwd = self._fwd or self._make_forward()
         outs, saved = fwd(*values)
         for v in outs:
@@ -867,7 +874,7 @@ class _DualSegment(_SourceSegment):
         vs, ts = [], []
         for d in values[:E]:
             if type(d) is not D or (tag is not None and d._tag is not tag):
-                raise _Failed()
+                raise _Unfit()
             tag = d._tag
             vs.append(float(d._value))
             ts.append(float(d._tangent))
@@ -875,12 +882,12 @@ class _DualSegment(_SourceSegment):
         for d, shape in zip(values[E:], self.shapes):
             if type(d) is not D or (tag is not None and d._tag is not tag) or \
                     not _c._f64_array(d._value, shape) or not _c._f64_array(d._tangent, shape):
-                raise _Failed()
+                raise _Unfit()
             tag = d._tag
             arrs.append(d._value)
             tans.append(d._tangent)
         if tag is None or tag.lanes or tag._watch:
-            raise _Failed()
+            raise _Unfit()
         fwd = self._fwd or self._make_forward()
         outs, saved = fwd(*vs, *ts, *arrs, *tans, tag, D)
         for v in outs:
@@ -905,7 +912,7 @@ class _DualSegment(_SourceSegment):
             g = seeds[ks[i]]
             if type(g) is D:
                 if g._tag is not tag:
-                    raise _Failed()
+                    raise _Unfit()
                 gs.append(float(g._value))
                 hs.append(float(g._tangent))
                 duals.append(True)
@@ -948,7 +955,7 @@ class SourcePlan:
     Python source (module docstring), made on its first replay; used by the replayers exactly
     as the plan it wraps. ``runs``: calls served by generated code; ``fallbacks``: calls run
     the Python-replay way after the generated code raised (a float error) or gave a
-    non-finite result.
+    non-finite result, or found this call's values of another kind than it was written for.
 
     Example:
         >>> import numpy as np
@@ -991,7 +998,7 @@ class SourcePlan:
             return self.base.run(leaves)
         try:
             out = how.run(leaves)
-        except _FLOAT_ERRORS:
+        except _PYTHON_WAY:
             self.fallbacks += 1
             return self.base.run(leaves)
         self.runs += 1
@@ -1003,7 +1010,7 @@ class SourcePlan:
             return self.base.run_pullback(leaves, seeds)
         try:
             out = how.run_pullback(leaves, seeds)
-        except _FLOAT_ERRORS:
+        except _PYTHON_WAY:
             self.fallbacks += 1
             return self.base.run_pullback(leaves, seeds)
         self.runs += 1
