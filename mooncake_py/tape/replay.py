@@ -64,7 +64,7 @@ from . import dual_scalars, fastpath
 from .pullbacks import ItemRead
 from .replay_writes import _VIEW_WRITE, _WRITE, run_view_write, run_write, sweeping_tape
 from .tape import (ComplexMutatingTape, ComplexTape, MutatingTape, Tape, _Rearranged, _Write,
-                   _holds_tracked)
+                   _holds_tracked, begin_writes)
 from .tracked import TrackedArray
 
 # Consecutive failed replays (guards that did not hold) after which a cache stops replaying.
@@ -180,7 +180,7 @@ class PlanTape(Tape):
         """A write: from here on this tape is a :class:`PlanMutatingTape`, which plans it."""
         if self.plan_broken is None and type(self) is PlanTape:
             self.__class__ = PlanMutatingTape
-            self._last_write, self._writes, self._max_write = {}, [], -1
+            begin_writes(self)
             return self.write(h, key, value)
         self._break("a write")
         return Tape.write(self, h, key, value)
@@ -320,8 +320,7 @@ def _scalar_step(fn, tmpl, node, args, y):
         return None
     if fn is operator.getitem:
         (ka, pa), (kb, key) = tmpl
-        if ka == _SLOT and kb == _CONST and type(key) in fastpath._INT_KEYS and \
-                type(args[0]._value) is np.ndarray:
+        if ka == _SLOT and kb == _CONST and _int_key(key) and type(args[0]._value) is np.ndarray:
             return (_ITEM, fn, node, pa, key, ItemRead(args[0]._value.shape, key))
         return None
     how = fastpath._UNARY.get(fn)
@@ -342,6 +341,14 @@ def _scalar_step(fn, tmpl, node, args, y):
             which = 0 if tmpl[0][0] == tmpl[1][0] == _SLOT else 1 if tmpl[0][0] == _SLOT else 2
             return (_BIN, fn, node, tmpl, how[0], how[1], which)
     return None
+
+
+def _int_key(key):
+    """An int, or a tuple of ints (``x[i, j]``): the keys an _ITEM step reads with. (The
+    getitem rule's pullback for such a key is the IndexedCotangent an ItemRead makes.)"""
+    if type(key) in fastpath._INT_KEYS:
+        return True
+    return type(key) is tuple and len(key) > 0 and all(type(k) in fastpath._INT_KEYS for k in key)
 
 
 def _holds_wrapper(v):
@@ -439,6 +446,7 @@ class Plan:
         self.constants = constants  # (position among the flattened leaves, recorded copy)
         # the write nodes (_WRITE steps) in recording order: the sweep undoes and redoes them
         self.writes = list(getattr(tape, "_writes", ()))
+        self.splits = list(getattr(tape, "_splits", ()))  # (and the views they moved)
         self.short = len(self.steps) < _GC_PAUSE_STEPS
 
     def run(self, leaves):
@@ -571,7 +579,7 @@ class Plan:
             raise _Failed()
         tape._pullbacks, tape._parents, tape._fns = pbs, self.parents, self.fns
         if self.writes:
-            sweeping_tape(tape, self.writes)
+            sweeping_tape(tape, self.writes, self.splits)
         try:
             if seeds is None:
                 ys = TrackedArray(y, tape, self.ynode)

@@ -30,7 +30,7 @@ Example:
 """
 import numpy as np
 
-from .tape import MutatingTape, _DualItemWrite, _NP_SCALARS, _Write
+from .tape import MutatingTape, _DualItemWrite, _NP_SCALARS, _Write, begin_writes
 
 _WRITE, _VIEW_WRITE = 10, 11
 _F64 = np.float64
@@ -106,8 +106,10 @@ def run_view_write(step, values, pbs):
     pbs[node] = pb
 
 
-def sweeping_tape(tape, writes):
+def sweeping_tape(tape, writes, splits):
     """Make the replay's sweep ``tape`` (a fresh, plain Tape) sweep as a MutatingTape whose
-    write nodes are ``writes``; it records nothing, so no read is ever stale."""
+    write nodes are ``writes`` (and ``splits`` those and the views they moved); it records
+    nothing, so no read is ever stale."""
     tape.__class__ = MutatingTape
-    tape._last_write, tape._writes, tape._max_write = {}, writes, -1
+    begin_writes(tape)
+    tape._writes, tape._splits = writes, splits

@@ -10,6 +10,7 @@ has seen a write becomes a :class:`MutatingTape`, which checks every value it re
 aliasing and restores overwritten regions during the sweep; a tape that never writes pays
 nothing for either.
 """
+import bisect
 import contextvars
 import operator
 
@@ -284,7 +285,7 @@ class Tape:
             raise ReverseOverReverseError(_ROR_MESSAGE.format(fn="an in-place write"))
         if not isinstance(self, MutatingTape):
             self.__class__ = ComplexMutatingTape if isinstance(self, ComplexTape) else MutatingTape
-            self._last_write, self._writes, self._max_write = {}, [], -1
+            begin_writes(self)
         self._fresh(h, "write into")
         vv, vnode = self._operand(value)
         buf = h._value
@@ -307,6 +308,7 @@ class Tape:
         wn = _Write(buf, key, old, land, basic, region, vshape, _float_dtype(vv))
         node = self._add_node(wn, (h._node, vnode), buf)
         self._writes.append(node)
+        self._splits.append(node)
         self._last_write[id(buffer_root(buf))] = node
         self._max_write = node
         h._node = node
@@ -316,6 +318,7 @@ class Tape:
                 cshape = tuple(shape_of(child._value))
                 pn = _Write(None, args[0], None, None, True, cshape, cshape, None)
                 parent._node = self._add_node(pn, (parent._node, child._node), parent._value)
+                self._splits.append(parent._node)
             else:  # a rearrangement of all of parent: parent is now the view, rearranged back
                 parent._node = self._add_node(_Rearranged(fn, args, kwargs), (child._node,),
                                               parent._value)
@@ -439,11 +442,12 @@ class Tape:
         finally:
             _SWEEPING.reset(token)
 
-    def _run_pullbacks(self, cts, start, keep, owned):
+    def _run_pullbacks(self, cts, start, keep, owned, stop=-1):
+        """Nodes ``start`` down to ``stop`` (exclusive)."""
         pullbacks, parents = self._pullbacks, self._parents
         i = start
         try:
-            for i in range(start, -1, -1):
+            for i in range(start, stop, -1):
                 g = cts[i]
                 if g is None:
                     continue
@@ -612,9 +616,12 @@ class MutatingTape(Tape):
         return Tape.gradient(self, y, xs, seed, seeds)
 
     def _sweep(self, cts, start, keep, owned):
+        # Between write nodes the sweep is a plain tape's (Tape._run_pullbacks, with its short
+        # paths); at each write node (``_splits``: the writes and the views they moved) the
+        # cotangent is split, and a write's region is swapped back before anything earlier runs.
         token = _SWEEPING.set(self._level)
         pullbacks, parents = self._pullbacks, self._parents
-        writes = self._writes
+        writes, splits = self._writes, self._splits
         undone = []
         try:
             k = len(writes) - 1
@@ -623,22 +630,25 @@ class MutatingTape(Tape):
                 undone.append(writes[k])
                 k -= 1
             nxt = writes[k] if k >= 0 else -1
-            for i in range(start, -1, -1):
-                pb = pullbacks[i]
-                g = cts[i]
-                if type(pb) in _WRITE_TYPES:
-                    if g is not None:
-                        if i not in keep:
-                            cts[i] = None
-                        self._write_pullback(pb, parents[i], g, i, cts, keep, owned)
-                    if i == nxt:
-                        pb.swap()
-                        undone.append(i)
-                        k -= 1
-                        nxt = writes[k] if k >= 0 else -1
-                    continue
-                if g is not None and pb is not None:
-                    self._pull(i, pb, g, parents[i], cts, keep, owned)
+            i = start
+            for s in range(bisect.bisect_right(splits, start) - 1, -1, -1):
+                w = splits[s]
+                if i > w:
+                    self._run_pullbacks(cts, i, keep, owned, w)
+                pb = pullbacks[w]
+                g = cts[w]
+                if g is not None:
+                    if w not in keep:
+                        cts[w] = None
+                    self._write_pullback(pb, parents[w], g, w, cts, keep, owned)
+                if w == nxt:
+                    pb.swap()
+                    undone.append(w)
+                    k -= 1
+                    nxt = writes[k] if k >= 0 else -1
+                i = w - 1
+            if i >= 0:
+                self._run_pullbacks(cts, i, keep, owned)
             _densify_kept(cts, keep)
         finally:
             for w in reversed(undone):  # redo, in recording order
@@ -650,6 +660,28 @@ class MutatingTape(Tape):
         ``g[key]`` (where it landed), the state before gets ``g`` with the region zeroed, in a
         buffer the sweep owns (copied once; a chain of writes then passes the same one down)."""
         prev, vnode = parents
+        if type(g) is np.ndarray and not wn.region and g.dtype.type is _F64 and i in owned and \
+                i not in keep and (vnode is None or (wn.vshape == () and wn.vdtype == g.dtype)):
+            # One float64 element (a scalar loop's write) with a cotangent buffer the sweep
+            # owns: what the general path below does, without its shape and dtype handling.
+            key = wn.key
+            gv = None if vnode is None else g[key]
+            if vnode is None or type(gv) is _F64:  # (not a 0-d view: g[...] of a 0-d g)
+                if vnode is not None:
+                    if cts[vnode] is None:
+                        cts[vnode] = gv
+                    else:
+                        _accumulate(cts, owned, vnode, gv)
+                pb = self._pullbacks[prev]
+                if (pb is None or type(pb) is NoDerivative) and prev not in keep:
+                    return
+                g[key] = 0
+                if cts[prev] is None:
+                    cts[prev] = g
+                    owned.add(prev)
+                else:
+                    _accumulate(cts, owned, prev, g)
+                return
         if type(g) in _SPARSE:
             g, mine = g.dense(), True
         else:
@@ -760,6 +792,12 @@ class _DualItemWrite(_Write):
 
 # The pullback types of write nodes (what MutatingTape._sweep swaps and splits).
 _WRITE_TYPES = frozenset([_Write, _DualItemWrite])
+
+
+def begin_writes(tape):
+    """The bookkeeping of a :class:`MutatingTape` on ``tape``, which has written nothing yet."""
+    tape._last_write, tape._writes, tape._max_write = {}, [], -1
+    tape._splits = []  # every node whose pullback is a write type (_WRITE_TYPES), in order
 
 
 def _zero_of(v):
