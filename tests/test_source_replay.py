@@ -474,3 +474,32 @@ def test_values_of_another_kind_replay_the_python_way():
     plan._how.run = unfit     # (as for a call whose values the code was not written for)
     _compare(src.call(_loop, (x * 3,), (0,)), py.call(_loop, (x * 3,), (0,)), True)
     assert plan.runs == 1 and plan.fallbacks == 1 and src.failures == 0 and src.plan is plan
+
+
+def _writes(x):
+    y = np.zeros_like(x, shape=(3,))
+    s = 0.0
+    for i in range(8):
+        s = s + x[i] * x[i + 1] - 0.25 * x[i]
+    y[0] = s                              # a segment's output, read by a write step
+    y[1] = s * 2
+    t = 0.0
+    for i in range(8):
+        t = t + np.sin(x[i]) * x[9 - i]
+    y[2] = t
+    return np.sum(y * y) + t * x[0]
+
+
+def test_runs_between_write_steps():
+    x0 = np.linspace(-1, 1, 10)
+    py, src = _pair(_writes, (x0,))
+    assert src.plan.writes  # (a plan with write steps)
+    for x in (x0 * 1.5, x0 + 0.25):
+        got = src.call(_writes, (x,), (0,))
+        _compare(got, py.call(_writes, (x,), (0,)), False)
+        y0, (g0,) = mp.value_and_grad(_writes, argnums=(0,))(x)
+        _close(got[0], y0)
+        _close(got[1][0], g0)
+    how = src.plan._how
+    assert type(how).__name__ == "_MixedSource" and len(how.segments) == 2
+    assert src.plan.runs == 2

@@ -56,6 +56,7 @@ from ..rules.registry import RRULES
 from . import fastpath
 from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM, _UNARY,
                      Plan, Replayer, _Failed, _split_leaves)
+from .replay_writes import _VIEW_WRITE, _WRITE
 
 # Plans longer than this are not compiled: the kernel's work arrays (three floats per node)
 # would cost more memory than the Python replay saves.
@@ -950,6 +951,10 @@ def _step_refs(step):
         return _refs(step[2], [])
     if kind == _OBSERVE:
         return [step[1]]
+    if kind == _WRITE:  # (its node is the buffer written: an array, never a scalar step's)
+        return [step[2], step[5]] if step[4] else [step[2]]
+    if kind == _VIEW_WRITE:
+        return [step[2]]
     return None
 
 
