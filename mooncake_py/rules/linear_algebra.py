@@ -786,8 +786,9 @@ def _cholesky(a, upper=False):
         gL = tr(g) if upper else g
         ltg = _lower_transposed_times(L, gL)
         if ltg is None:
-            ltg = np.matmul(tr(L), gL)
-        p = ltg * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
+            p = np.matmul(tr(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
+        else:  # (a fresh plain array: masked in place)
+            p = np.multiply(ltg, _phi_mask(shape_of(L)[-1], ltg.dtype, ltg), out=ltg)
         # L comes from a successful factorisation: it is finite, no need to scan it again
         s = _solve_nonsingular(L, p, trans=trans, lower=True)
         s = tr(_solve_nonsingular(L, tr(s), trans=trans, lower=True))
