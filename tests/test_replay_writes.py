@@ -77,9 +77,16 @@ def returns_buffer(x):
     return y, np.sum(y)
 
 
-CASES = [naive_map, cumsum_writes, overwrite_twice, slice_writes, view_writes]
+def copy_writes(x):
+    y = x.copy()
+    y[0] = y[1] * y[2]
+    y[1:] += np.sin(x[:-1])          # through the view y[1:], then back into y
+    return np.sum(y * y)
+
+
+CASES = [naive_map, cumsum_writes, overwrite_twice, slice_writes, view_writes, copy_writes]
 SHAPES = {naive_map: (4, 5), cumsum_writes: (6,), overwrite_twice: (4,), slice_writes: (5,),
-          view_writes: (3, 4)}
+          view_writes: (3, 4), copy_writes: (4,)}
 
 
 @pytest.mark.parametrize("f", CASES)
@@ -99,7 +106,9 @@ def test_hvp_replay_equals_fresh(f):
     fresh = mp.prepare_hvp_cache(f, xs[0], replay=False)
     for k, x in enumerate(xs + xs):
         v = np.random.default_rng(10 + k).standard_normal(x.shape)
+        x0, v0 = x.copy(), v.copy()
         _equal(mp.value_and_hvp(cache, f, v, x), mp.value_and_hvp(fresh, f, v, x))
+        _equal((x, v), (x0, v0))  # the writes never reach the caller's arrays
     assert cache._replay.replays >= 4
 
 

@@ -24,12 +24,24 @@ A pullback cache's plan (:class:`PullbackReplayer`) is the same, with one slot p
 through the guards) and a sweep seeded with the caller's cotangents. Derivative caches run
 these plans forward through the frules (forward_replay.py).
 
+A plan may write. A write (``y[i, j] = v``, ``y[1:3] = v``, ``y += v``, also through an
+indexing view ``y[i][j] = v`` or a reshape ``y.reshape(-1)[k] = v``) with a basic index (ints,
+slices, Ellipsis, None) into a buffer that ``f`` allocated itself (``np.empty_like``,
+``zeros_like``, ``ones_like``, ``full_like`` of a traced value, or ``np.copy`` of a tracked
+array) is a _WRITE step (replay_writes.py): the replay allocates the buffer afresh, writes into
+it as the recording did, and sweeps undoing and redoing the writes as a MutatingTape does, so
+every pullback sees the values it saw and the buffers end with their final contents. A read of
+a view made stale by a write is viewed again, as a step, as the recording does. Which element
+is written, and whether, can depend on the inputs only through guards, like everything else.
+
 A function is recorded every call, never replayed, when its recording contains anything the
-plan does not represent: writes (``x[i] = v``, ``+=`` on arrays, ``out=``), ``like=``
-constructors, functions implemented as compositions of other ops, multi-output ops, rules
-registered by the user, complex values, values of another transformation (nesting), a write
-into one of its constant arguments, or a constant argument that is not a plain value (number,
-string, NumPy array or scalar): a random generator or a callable may carry state. Debug mode
+plan does not represent: any other write (into an argument, a constant, or an array another op
+made; with an index array or mask; ``out=``), ``like=`` constructors, functions implemented
+as compositions of other ops, multi-output ops, rules registered by the user, complex values,
+values of another transformation (nesting), a write into one of its constant arguments, or a
+constant argument that is not a plain value (number, string, NumPy array or scalar): a random
+generator or a callable may carry state. (Derivative caches do not replay writes yet:
+forward_replay.py records such functions every call.) Debug mode
 always records. A guard whose value changes with the inputs (``mp.stop_gradient(x)`` used as
 a constant) makes every replay fail, so such a function soon falls back to recording.
 
@@ -172,8 +184,7 @@ class PlanTape(Tape):
                                         tuple(shape_of(v)), dt))
         if fn in _ALLOCATORS:
             root = innermost(v)
-            if type(root) is np.ndarray and root.base is None and \
-                    (fn is not np.copy or type(v) is np.ndarray):
+            if type(root) is np.ndarray and root.base is None and _owns_tangent(v, args):
                 self._buffers[id(root)] = root
 
     def write(self, h, key, value):
@@ -201,9 +212,25 @@ class PlanTape(Tape):
         self.__class__ = ComplexTape
 
 
-# Ops whose float output owns fresh memory that f may write into (np.copy: of plain arrays only;
-# a dual's copy may share its tangent).
+# Ops whose float output owns fresh memory that f may write into.
 _ALLOCATORS = frozenset([np.empty_like, np.zeros_like, np.ones_like, np.full_like, np.copy])
+
+
+def _owns_tangent(v, args):
+    """Whether the output ``v`` of an allocator is a plain array, or a dual whose tangent is a
+    plain array of its own (not an argument's: a write into it would reach the caller's)."""
+    if type(v) is np.ndarray:
+        return True
+    t = getattr(v, "_tangent", None)
+    if type(t) is not np.ndarray or not t.flags.writeable:
+        return False
+    root = buffer_root(t)
+    for a in args:
+        u = a._value if type(a) is TrackedArray else a
+        at = getattr(u, "_tangent", None)
+        if at is not None and buffer_root(at) is root:
+            return False
+    return True
 
 
 class PlanMutatingTape(PlanTape, MutatingTape):
