@@ -300,3 +300,54 @@ def test_plan_tape_switches_class_on_first_write():
     assert type(tape) is replay_module.PlanMutatingTape and tape.plan_broken is None
     y[[1]] = x[0]
     assert tape.plan_broken == "a write with an index array"
+
+
+def like_buffer(x):
+    y = np.zeros(x.shape[0] + 1, like=x)   # a like= constructor: a _LIKE step
+    z = np.asarray(np.ones(2), like=x)     # (its argument may come back: never written into)
+    for i in range(x.shape[0]):
+        y[i + 1] = y[i] + np.sin(x[i]) * z[i % 2]
+    return np.sum(y * y)
+
+
+def test_like_constructed_buffers_replay():
+    xs = _inputs((4,))
+    g = mp.prepare_gradient_cache(like_buffer, xs[0])
+    h = mp.prepare_hvp_cache(like_buffer, xs[0])
+    fresh = mp.prepare_hvp_cache(like_buffer, xs[0], replay=False)
+    for k, x in enumerate(xs):
+        _equal(mp.value_and_gradient(g, like_buffer, x), mp.value_and_grad(like_buffer)(x))
+        v = np.full(4, 0.5 + k)
+        _equal(mp.value_and_hvp(h, like_buffer, v, x), mp.value_and_hvp(fresh, like_buffer, v, x))
+    assert g._replay.replays == 2 and h._replay.replays == 2
+    assert any(st[0] == replay_module._LIKE for st in g._replay.plan.steps)
+
+
+def _into_asarray(x):
+    y = np.asarray(np.zeros(2), like=x)    # may be its argument: not a buffer a plan writes
+    y[0] = x[0]
+    return np.sum(y)
+
+
+def test_write_into_asarray_like_is_not_planned():
+    c = mp.prepare_gradient_cache(_into_asarray, np.ones(2))
+    for k in range(3):
+        _equal(mp.value_and_gradient(c, _into_asarray, np.ones(2) * k),
+               mp.value_and_grad(_into_asarray)(np.ones(2) * k))
+    assert c._replay.replays == 0
+
+
+def _complex_after_write(x):
+    y = np.zeros_like(x)
+    y[0] = x[0] * x[1]
+    z = y * (1 + 2j)                       # complex values: not planned
+    return np.sum(np.abs(z) ** 2)
+
+
+def test_complex_after_a_write_is_recorded():
+    c = mp.prepare_gradient_cache(_complex_after_write, np.ones(2))
+    for k in range(3):
+        x = np.array([1.0, 2.0]) + k
+        _equal(mp.value_and_gradient(c, _complex_after_write, x),
+               mp.value_and_grad(_complex_after_write)(x))
+    assert c._replay.replays == 0

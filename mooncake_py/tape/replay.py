@@ -27,23 +27,24 @@ these plans forward through the frules (forward_replay.py).
 A plan may write. A write (``y[i, j] = v``, ``y[1:3] = v``, ``y += v``, also through an
 indexing view ``y[i][j] = v`` or a reshape ``y.reshape(-1)[k] = v``) with a basic index (ints,
 slices, Ellipsis, None) into a buffer that ``f`` allocated itself (``np.empty_like``,
-``zeros_like``, ``ones_like``, ``full_like`` of a traced value, or ``np.copy`` of a tracked
-array) is a _WRITE step (replay_writes.py): the replay allocates the buffer afresh, writes into
-it as the recording did, and sweeps undoing and redoing the writes as a MutatingTape does, so
-every pullback sees the values it saw and the buffers end with their final contents. A read of
-a view made stale by a write is viewed again, as a step, as the recording does. Which element
-is written, and whether, can depend on the inputs only through guards, like everything else.
+``zeros_like``, ``ones_like``, ``full_like`` of a traced value, ``np.copy`` of one, or a
+``like=`` constructor: ``np.zeros(n, like=x)``, a _LIKE step) is a _WRITE step
+(replay_writes.py): the replay allocates the buffer afresh, writes into it as the recording
+did, and sweeps undoing and redoing the writes as a MutatingTape does, so every pullback sees
+the values it saw and the buffers end with their final contents. A read of a view made stale by
+a write is viewed again, as a step, as the recording does. Which element is written, and
+whether, can depend on the inputs only through guards, like everything else.
 
 A function is recorded every call, never replayed, when its recording contains anything the
 plan does not represent: any other write (into an argument, a constant, or an array another op
-made; with an index array or mask; ``out=``), ``like=`` constructors, functions implemented
-as compositions of other ops, multi-output ops, rules registered by the user, complex values,
-values of another transformation (nesting), a write into one of its constant arguments, or a
-constant argument that is not a plain value (number, string, NumPy array or scalar): a random
-generator or a callable may carry state. (Derivative caches do not replay writes yet:
-forward_replay.py records such functions every call.) Debug mode
-always records. A guard whose value changes with the inputs (``mp.stop_gradient(x)`` used as
-a constant) makes every replay fail, so such a function soon falls back to recording.
+made; with an index array or mask; ``out=``), functions implemented as compositions of other
+ops, multi-output ops, rules registered by the user, complex values, values of another
+transformation (nesting), a write into one of its constant arguments, or a constant argument
+that is not a plain value (number, string, NumPy array or scalar): a random generator or a
+callable may carry state. (Derivative caches do not replay writes yet: forward_replay.py
+records such functions every call.) Debug mode always records. A guard whose value changes with
+the inputs (``mp.stop_gradient(x)`` used as a constant) makes every replay fail, so such a
+function soon falls back to recording.
 
 A plan recorded on dual numbers (HVP and Hessian caches) keeps its ops as general steps (the
 compiled kernel reads them so); :meth:`Plan.dual_steps` runs those on dual scalars (``x[i]``,
@@ -70,7 +71,7 @@ from ..rules.broadcasting import shape_of
 from ..rules.derivative_table import load_for
 from ..array_ops import buffer_root, innermost
 from ..rules.indexing import is_basic_index
-from ..rules.mutation import MUTATORS
+from ..rules.mutation import MUTATORS, call_like
 from ..rules.registry import RRULES, COMPOSITES, ZERO_DERIVATIVE
 from . import dual_scalars, fastpath
 from .pullbacks import ItemRead
@@ -87,6 +88,10 @@ _OP, _GUARD, _OBSERVE, _ITEM, _UNARY, _BIN, _SUM = 0, 1, 2, 3, 4, 5, 6
 # Kinds of a dual plan's run-time steps (Plan.dual_steps; never in Plan.steps): an _OP step on
 # dual scalars, run as the dual-scalar short paths of dual_scalars.py record it
 _DITEM, _DBIN, _DUNARY = 7, 8, 9
+# (_LIKE, node, func, args, kwargs, h, type, shape, dtype): ``values[node] = func(*args,
+# like=values[h], **kwargs)`` (a like= constructor: np.zeros(n, like=x)), of that type,
+# shape and dtype; its pullback is None.
+_LIKE = 12
 # _WRITE = 10: ``values[h][key] = v`` into a buffer f allocated, and _VIEW_WRITE = 11: the node
 # of an array a write reached through a view of it. Their tuples and how they run are in
 # replay_writes.py: (_WRITE, node, h, key, is_slot, ref, region, vshape, vdtype, buftype) and
@@ -202,8 +207,35 @@ class PlanTape(Tape):
             self.plan_steps.append((_OBSERVE, node, conv, result))
 
     def like(self, handle, func, args, kwargs):
-        self._break("a like= constructor")
-        return Tape.like(self, handle, func, args, kwargs)
+        """``func(*args, like=handle)``: a _LIKE step when its arguments are constants and
+        its result a new float buffer; a fresh one (_FRESH_LIKE) may be written into."""
+        if self.plan_broken is None and (
+                func is np.full and (_holds_wrapper(args[1:2]) or
+                                     _holds_wrapper(kwargs.get("fill_value")))):
+            self._break("np.full(..., like=) with a traced fill value")
+        if self.plan_broken is not None:
+            return Tape.like(self, handle, func, args, kwargs)
+        n0 = len(self._parents)
+        out = Tape.like(self, handle, func, args, kwargs)
+        if self.plan_broken is None and len(self._parents) == n0 + 1:
+            try:
+                tmpl = [_template(a, self) for a in args]
+                kw = _plain_kwargs(kwargs, self)
+                if any(t[0] != _CONST for t in tmpl):
+                    raise _Unsupported("a like= constructor of traced values")
+            except _Unsupported as e:
+                self._break(str(e))
+                return out
+            v = out._value
+            self.plan_steps.append((_LIKE, n0, func, tuple(t[1] for t in tmpl), kw,
+                                    handle._node, type(v), tuple(shape_of(v)), v.dtype))
+            root = innermost(v)
+            if func in _FRESH_LIKE and type(root) is np.ndarray and root.base is None and \
+                    _owns_tangent(v, ()):
+                self._buffers[id(root)] = root
+        elif self.plan_broken is None and type(out) is TrackedArray:
+            self._break("a like= constructor that made several nodes")
+        return out
 
     def _go_complex(self):
         # No plan for complex values; from here on the tape checks every op's complex inputs
@@ -212,6 +244,8 @@ class PlanTape(Tape):
         self.__class__ = ComplexTape
 
 
+# like= constructors whose result is always new memory (np.asarray may return its argument).
+_FRESH_LIKE = frozenset([np.zeros, np.empty, np.ones, np.full, np.eye, np.identity])
 # Ops whose float output owns fresh memory that f may write into.
 _ALLOCATORS = frozenset([np.empty_like, np.zeros_like, np.ones_like, np.full_like, np.copy])
 
@@ -325,7 +359,7 @@ def _made_node(step):
     kind = step[0]
     if kind == _OP:
         return step[6]
-    if kind == _WRITE or kind == _VIEW_WRITE:
+    if kind == _WRITE or kind == _VIEW_WRITE or kind == _LIKE:
         return step[1]
     if kind == _GUARD or kind == _OBSERVE:
         return None
@@ -593,6 +627,8 @@ class Plan:
                 run_write(step, values, pbs)
             elif kind == _VIEW_WRITE:
                 run_view_write(step, values, pbs)
+            elif kind == _LIKE:
+                _run_like(step, values)
             else:
                 check_guard(step, values)
         return values, pbs
@@ -685,6 +721,15 @@ def check_guard(step, values):
         _, node, conv, seen = step
         if conv(values[node]) != seen:
             raise _Failed()
+
+
+def _run_like(step, values):
+    """Run a _LIKE step (raises _Failed when the result is not as recorded)."""
+    _, node, func, args, kw, h, t, shape, dt = step
+    out = call_like(func, args, kw, values[h])
+    if type(out) is not t or out.dtype != dt or tuple(shape_of(out)) != shape:
+        raise _Failed()
+    values[node] = out
 
 
 def _general_op(step, values, pbs):
