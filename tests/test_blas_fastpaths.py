@@ -170,15 +170,64 @@ def test_cholesky_pullback_matches_the_matrix_product_path(upper, dtype, monkeyp
     np.testing.assert_array_equal(g, g.T)  # symmetric, as before
 
 
-def test_lower_transposed_times():
-    L = np.tril(RNG.standard_normal((6, 6)))
-    g = RNG.standard_normal((6, 4))
-    np.testing.assert_allclose(la._lower_transposed_times(L, g), L.T @ g, rtol=1e-14)
-    np.testing.assert_allclose(la._lower_transposed_times(np.asfortranarray(L), g[::1, ::-1]),
-                               L.T @ g[:, ::-1], rtol=1e-14)
-    assert la._lower_transposed_times(L[::2, ::2], g[::2]) is None  # strided: matmul instead
-    assert la._lower_transposed_times(L.astype(np.float32), g) is None  # mixed dtypes
-    assert la._lower_transposed_times(np.stack([L, L]), g) is None  # stacks
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_triangle_times(dtype, order):
+    n = 20
+    a = np.asarray(RNG.standard_normal((n, n)), dtype=dtype, order=order)
+    x = RNG.standard_normal((n, 3)).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    for lower in (True, False):
+        t = np.tril(a) if lower else np.triu(a)
+        for trans in (0, 1, 2):
+            got = la._triangle_times(a, x, lower, trans)
+            assert got.dtype == dtype and got.shape == (n, 3)
+            np.testing.assert_allclose(got, (t.T if trans else t) @ x, rtol=tol, atol=tol)
+    np.testing.assert_allclose(la._lower_transposed_times(a, x), np.tril(a).T @ x, rtol=tol,
+                               atol=tol)
+
+
+def test_triangle_times_declines():
+    a, x = RNG.standard_normal((20, 20)), RNG.standard_normal((20, 4))
+    assert la._triangle_times(a[::2, ::2].copy()[:8, :8], x[:8], True, 0) is None  # small
+    assert la._triangle_times(np.vstack([a, a])[::2], x, True, 0) is None  # strided
+    assert la._triangle_times(a.astype(np.float32), x, True, 0) is None  # mixed dtypes
+    assert la._triangle_times(np.stack([a, a]), x, True, 0) is None  # stacks
+    assert la._triangle_times(a + 0j, x + 0j, True, 0) is None  # complex
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_frule_one_lane_and_lanes(upper):
+    a = _spd(24, np.float64)
+    da = RNG.standard_normal((24, 24))
+    da = da + da.T
+    f = lambda a: np.linalg.cholesky(a, upper=upper)
+    _, t = mp.jvp(f, (a,), (da,))
+    h = 1e-6
+    fd = (f(a + h * da) - f(a - h * da)) / (2 * h)
+    np.testing.assert_allclose(t, fd, rtol=1e-6, atol=1e-7)
+    g = lambda a: np.sum(np.sin(np.linalg.cholesky(a, upper=upper)))
+    v = RNG.standard_normal((24, 24))
+    v = v + v.T  # (symmetric: cholesky reads one triangle, its rules the symmetric part)
+    hv = mp.hvp(g)(a, v)
+    gg = lambda a: mp.grad(g)(a)
+    np.testing.assert_allclose(hv, (gg(a + h * v) - gg(a - h * v)) / (2 * h), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("lower", [True, False])
+def test_solve_triangular_frule_one_lane(lower, trans):
+    from mooncake_py.linalg import solve_triangular
+    a, da = _tri(20, lower), RNG.standard_normal((20, 20))
+    for b in (RNG.standard_normal(20), RNG.standard_normal((20, 3))):
+        f = lambda a: solve_triangular(a, b, lower=lower, trans=trans)
+        _, t = mp.jvp(f, (a,), (da,))
+        h = 1e-6
+        np.testing.assert_allclose(t, (f(a + h * da) - f(a - h * da)) / (2 * h), rtol=1e-6,
+                                   atol=1e-7)
+        _, t3 = mp.jvp(f, (a,), (np.stack([da, 2 * da, -da]),), lanes=True)  # masked matmul
+        np.testing.assert_allclose(t3, [t, 2 * t, -t], rtol=1e-12, atol=1e-12)
 
 
 def test_cholesky_rules():

@@ -802,26 +802,40 @@ def _cholesky(a, upper=False):
 
 
 def _lower_transposed_times(L, g):
-    """``Lᵀ @ g`` for a lower-triangular real NumPy matrix ``L`` (C- or Fortran-ordered) and a
-    matrix ``g`` of its dtype, by BLAS trmm, which skips the zero triangle: half the flops of
-    the matrix product, ~0.55x its time at n = 128. None for any other operands (stacks,
-    complex, wrapped values: the pullback then multiplies as before)."""
-    if type(L) is not np.ndarray or type(g) is not np.ndarray or L.ndim != 2 or g.ndim != 2:
+    """``Lᵀ @ g`` for a lower-triangular ``L`` by :func:`_triangle_times`, or None."""
+    return _triangle_times(L, g, True, 1)
+
+
+# Below this many rows a triangular product stays a matrix product: SciPy's call overhead
+# (~3 µs) is then more than the flops trmm saves.
+_TRMM_MIN_N = 16
+
+
+def _triangle_times(a, x, lower, trans):
+    """``op(T) @ x`` for the ``lower`` (or upper) triangle ``T`` of a real NumPy matrix ``a``
+    (C- or Fortran-ordered; the other triangle is not read), ``op`` the transpose if
+    ``trans``, and a matrix ``x`` of its dtype, by BLAS trmm: half the flops of the matrix
+    product, ~0.55x its time at n = 128. None for any other operands (stacks, complex, small
+    or wrapped values: the caller then masks and multiplies)."""
+    if type(a) is not np.ndarray or type(x) is not np.ndarray or a.ndim != 2 or x.ndim != 2:
         return None
-    dt = L.dtype
-    if dt.char not in "fd" or g.dtype != dt or L.shape[0] != g.shape[0] or not g.size:
+    dt = a.dtype
+    n = a.shape[0]
+    if dt.char not in "fd" or x.dtype != dt or a.shape[1] != n or x.shape[0] != n or \
+            not x.size or n < _TRMM_MIN_N:
         return None
-    if L.flags.c_contiguous:  # the Fortran matrix L.T is Lᵀ, upper: gᵀ L = gᵀ (Lᵀ)ᵀ
-        a, lower, trans = L.T, 0, 1
-    elif L.flags.f_contiguous:
-        a, lower, trans = L, 1, 0
+    # (op(T) x)ᵀ = xᵀ op(T)ᵀ, with xᵀ the Fortran reading of a C-ordered x: trmm from the right
+    if a.flags.c_contiguous:  # the Fortran matrix a.T is aᵀ: the other triangle
+        f, lower_f, trans_f = a.T, not lower, trans
+    elif a.flags.f_contiguous:
+        f, lower_f, trans_f = a, lower, not trans
     else:
         return None
     fn = _blas_routine("trmm", dt)
     if fn is None:
         return None
-    with small_blas(L, g, lib="scipy"):
-        return fn(1.0, a, g.T, side=1, lower=lower, trans_a=trans).T  # (Lᵀ g)ᵀ = gᵀ L
+    with small_blas(a, x, lib="scipy"):
+        return fn(1.0, f, x.T, side=1, lower=int(lower_f), trans_a=int(trans_f)).T
 
 
 @frule(np.linalg.cholesky, lanes=True)
@@ -834,7 +848,9 @@ def _cholesky_f(primals, tangents, **kw):
         # ᵀ → ᴴ, and Φ's halved diagonal of the Hermitian L⁻¹ Ȧ L⁻ᴴ is real, as L's is.
         solve_l = (lambda r: _solve_nonsingular(L, r, lower=True))
         z = _lane_solve(solve_l, tr(_lane_solve(solve_l, sym(tangents[0]))))
-        dL = np.matmul(L, z * _phi_mask(shape_of(L)[-1], _dtype(z), z))
+        zphi = z * _phi_mask(shape_of(L)[-1], _dtype(z), z)
+        one = _triangle_times(L, zphi[0], True, 0) if shape_of(zphi)[0] == 1 else None
+        dL = np.matmul(L, zphi) if one is None else one[None]
         return y, tr(dL) if upper else dL
     return go(*primals, **kw)
 
@@ -1150,6 +1166,10 @@ def _solve_triangular_frule(primal):
             x = primal(a, b, check_finite=check_finite, **opts)
 
             def dax(xm, nd):  # only the triangle read moves; ẋ = -op(T)⁻¹ op(Ṫ) x
+                if not unit_diagonal and shape_of(da)[0] == 1 and nd == 2:
+                    one = _triangle_times(da[0], xm, lower, t)  # (one lane: no mask pass)
+                    if one is not None:
+                        return one[None]
                 dt = align(da * _triangle_mask(shape_of(a)[-1], lower, unit_diagonal,
                                                _dtype(da), da), nd)
                 return np.matmul((None, _mT, _mH)[t](dt) if t else dt, xm)
