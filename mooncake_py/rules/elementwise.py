@@ -27,11 +27,12 @@ def ew_pullback(entry, k, g, *xs):
         >>> ew_pullback(TABLE["power"], 0, np.ones(2), x, 2, x ** 2)
         array([ 2., -6.])
     """
-    fast = _SHORT.get((entry.ufunc, k))
-    if fast is not None and type(g) is np.ndarray:
-        r = fast(g, *xs)
-        if r is not None:
-            return r
+    if type(g) is np.ndarray:  # (scalar loops pay one type test for the short forms)
+        fast = _SHORT.get((entry.ufunc, k))
+        if fast is not None:
+            r = fast(g, *xs)
+            if r is not None:
+                return r
     d = entry.np_d1[k](*xs)
     dt = getattr(d, "dtype", None)
     if dt is not None and dt != xs[-1].dtype and dt.kind in "fb":
