@@ -284,3 +284,116 @@ def test_hvp_through_axis_sums_and_views_matches_the_hessian():
     eps = 1e-6
     fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
     np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6)
+
+
+# --- unary ops on dual arrays keeping their derivative for the pullback ---------------------------
+from mooncake_py.dual import dual_array, elementwise  # noqa: E402
+from mooncake_py.rules.derivative_table import BY_UFUNC  # noqa: E402
+from mooncake_py.rules.elementwise import ew_pullback  # noqa: E402
+
+_KEEPING = [uf for uf, e in BY_UFUNC.items()
+            if e.nin == 1 and elementwise.reusing_programs(e)[0] is not None]
+
+
+def test_the_transcendental_array_ops_keep_their_derivative():
+    names = {uf.__name__ for uf in _KEEPING}
+    assert {"sin", "cos", "tan", "exp", "log", "tanh", "sqrt", "arctan", "arcsin"} <= names
+    d = mp.dual(RNG.uniform(0.1, 0.9, 5), RNG.standard_normal(5))
+    y = np.sin(d)
+    assert y._kept is not None and y._kept[1] is d._value
+    _bitwise(y._kept[2], np.cos(d._value))
+    big = mp.dual(RNG.uniform(0.1, 0.9, elementwise.KERNEL_MIN_SIZE),
+                  RNG.standard_normal(elementwise.KERNEL_MIN_SIZE))
+    assert np.sin(big)._kept is None  # the fused path computes it inside its kernel
+
+
+@pytest.mark.parametrize("uf", _KEEPING, ids=lambda u: u.__name__)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kept_forward_equals_frule_program(uf, dtype):
+    e = BY_UFUNC[uf]
+    a = _inputs(uf, (3, 4)).astype(dtype)
+    ta = RNG.standard_normal((3, 4)).astype(dtype)
+    y = mp.dual(a, ta)
+    out = uf(y)
+    prog = elementwise.program(e, "f", 0, (True,))
+    want, = prog.np_fn(a, None, uf(a), None, ta, None, None)
+    _bitwise(mp.tangent(out), elementwise._cast(want, np.dtype(dtype)))
+
+
+def _hvp_both_ways(f, x, v, lanes=False):
+    fresh = mp.hessian(f)(x) if lanes else mp.hvp(f)(x, v)
+    hook = dual_array.KEPT_PULLBACK[0]
+    dual_array.KEPT_PULLBACK[0] = object()  # the pullbacks compute the derivative again
+    try:
+        general = mp.hessian(f)(x) if lanes else mp.hvp(f)(x, v)
+    finally:
+        dual_array.KEPT_PULLBACK[0] = hook
+    return fresh, general
+
+
+def _inputs(uf, shape):
+    lo = 1.1 if uf is np.arccosh else 0.15  # inside every op's domain
+    return RNG.uniform(lo, lo + 0.7, shape)
+
+
+@pytest.mark.parametrize("uf", _KEEPING, ids=lambda u: u.__name__)
+def test_hvp_with_kept_derivatives_is_bitwise_the_general_one(uf):
+    x, v = _inputs(uf, (4, 5)), RNG.standard_normal((4, 5))
+
+    def f(x):
+        y = uf(x)
+        return np.sum(y * y) + np.sum(uf(x[::-1]) * x)  # (a reversed view too)
+
+    got, want = _hvp_both_ways(f, x, v)
+    _bitwise(got, want)
+    got, want = _hvp_both_ways(f, x, v, lanes=True)  # lanes (Hessian)
+    _bitwise(got, want)
+
+
+def test_hvp_with_kept_derivatives_matches_finite_differences():
+    x, v = RNG.uniform(0.2, 1.2, 30), RNG.standard_normal(30)
+
+    def f(x):
+        return np.sum(np.sin(np.cos(np.exp(x)))) + np.sum(np.tanh(np.log(x)) * np.sqrt(x))
+
+    hv = mp.hvp(f)(x, v)
+    np.testing.assert_allclose(hv, mp.hessian(f)(x) @ v, rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-6)
+    c = mp.prepare_hvp_cache(f, x)
+    for _ in range(3):  # a replayed plan keeps them too
+        _bitwise(mp.value_and_hvp(c, f, v, x)[2], hv)
+
+
+def test_kept_derivative_after_a_write_into_the_input():
+    # the sweep restores what was overwritten before sin's pullback reads it: the kept
+    # derivative is that of the values sin saw
+    x, v = RNG.uniform(0.2, 1.2, 6), RNG.standard_normal(6)
+
+    def f(x):
+        z = x * 1.0
+        y = np.sin(z)
+        z[0] = 3.0 * z[1]
+        return np.sum(y * z) + np.sum(np.cos(z))
+
+    got, want = _hvp_both_ways(f, x, v)
+    _bitwise(got, want)
+    eps = 1e-6
+    fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6)
+
+
+def test_pullback_of_another_input_computes_its_own_derivative():
+    tag = Tag(0)
+    a = DualArray(RNG.uniform(0.1, 0.9, 4), RNG.standard_normal(4), tag)
+    b = DualArray(RNG.uniform(0.1, 0.9, 4), RNG.standard_normal(4), tag)
+    g = DualArray(RNG.standard_normal(4), RNG.standard_normal(4), tag)
+    y = np.sin(a)
+    assert y._kept is not None
+    r = ew_pullback(BY_UFUNC[np.sin], 0, g, b, y)  # not the input y was made from
+    _bitwise(mp.primal(r), mp.primal(g) * np.cos(b._value))
+    r = ew_pullback(BY_UFUNC[np.sin], 0, g, a, y)
+    _bitwise(mp.primal(r), mp.primal(g) * np.cos(a._value))
+    _bitwise(mp.tangent(r), np.cos(a._value) * mp.tangent(g)
+             + mp.primal(g) * (-mp.primal(y) * a._tangent))

@@ -74,18 +74,25 @@ class DualArray(ArrayOps):
     the result along the input's direction(s); comparisons and other non-differentiable results
     are plain arrays.
     """
-    __slots__ = ("_value", "_tangent", "_tag")
+    __slots__ = ("_value", "_tangent", "_tag", "_kept")
 
     def __init__(self, primal, tangent, tag):
         self._value = primal
         self._tangent = tangent
         self._tag = tag
+        # (primal, input primal, derivative, pullback programs) when the frule of a unary
+        # table op kept its derivative for the pullback (see elementwise.reusing_programs)
+        self._kept = None
 
     def _mc_level(self):
         return self._tag.level
 
     @staticmethod
     def _mc_apply(top, fn, args, kwargs):
+        if fn is KEPT_PULLBACK[0] and not kwargs:
+            out = KEPT_PULLBACK[1](top._tag, args)
+            if out is not None:
+                return out
         return _apply(top._tag, fn, args, kwargs)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -167,6 +174,13 @@ class DualArray(ArrayOps):
 
 
 WRAPPER_TYPES.add(DualArray)
+
+# A unary table op's frule that computed its first derivative leaves (output, input primal,
+# derivative, pullback programs) here; _apply keeps it on the output dual, and the pullback
+# primitive, dispatched here ([the primitive, its short path], set by elementwise.py), uses it
+# instead of computing the derivative again.
+KEPT = [None]
+KEPT_PULLBACK = [object(), None]
 
 # Operands that are neither wrappers nor containers of them.
 _PLAIN_OPERANDS = frozenset([np.ndarray, float, int, np.float64, np.float32, np.int64])
@@ -301,6 +315,9 @@ def _apply(tag, fn, args, kwargs):
         out, tout = native(primals, tangents, tag.lanes, kwargs)
     else:
         out, tout = _run_rule(fn, rule, primals, tangents, tag.lanes, kwargs)
+    kept = KEPT[0]
+    if kept is not None:
+        KEPT[0] = None
     to = type(out)
     if to is np.ndarray:
         if type(tout) is np.ndarray:
@@ -309,9 +326,22 @@ def _apply(tag, fn, args, kwargs):
             # all pass; dtypes of one kind and size are one object)
             odt = out.dtype
             if tout.dtype is odt and odt.kind == "f" and not _DEBUG.get().debug_mode:
-                return DualArray(out, tout, tag)
+                d = DualArray(out, tout, tag)
+                if kept is not None and kept[0] is out:
+                    d._kept = kept
+                return d
     elif to is _F64 and type(tout) is _F64 and not _DEBUG.get().debug_mode:
         return DualArray(out, tout, tag)
+    return _wrap(fn, out, tout, tag)
+
+
+def wrap_result(fn, out, tout, primals, tangents, tag):
+    """The dual _apply makes of a rule's ``(out, tout)`` for these primals and tangents."""
+    if type(out) is np.ndarray and type(tout) is np.ndarray:
+        tout = _paired(out, tout, primals, tangents)
+        odt = out.dtype
+        if tout.dtype is odt and odt.kind == "f" and not _DEBUG.get().debug_mode:
+            return DualArray(out, tout, tag)
     return _wrap(fn, out, tout, tag)
 
 

@@ -33,6 +33,7 @@ from ..rules.lanes import align
 from ..rules.registry import FRULES, FRULE_LANES
 from ..rules.complex import abs_frule
 from . import codegen, kernels_gpu
+from .dual_array import DualArray, KEPT, KEPT_PULLBACK, wrap_result
 
 # Elements below which the NumPy composition path is used. benchmarks/kernels.py measures the
 # crossover at 0.5k-16k elements depending on the op (a fused call costs ~4 µs more in fixed
@@ -125,6 +126,53 @@ def program(entry, kind, k, present, const_b=None):
     if p is None:
         p = _PROGRAMS[key] = Program(entry, kind, k, present, const_b)
     return p
+
+
+_REUSING = {}  # entry name -> (forward, pullbacks) or (None, None)
+
+
+def reusing_programs(entry):
+    """``(forward, pullbacks)`` for a unary entry whose pullback can take its first derivative
+    from the forward instead of computing it again (``cos(a)`` for ``sin``), else
+    ``(None, None)`` (a constant derivative: nothing to reuse).
+
+    ``forward(a, y, ta) -> (d0, ty)`` runs the frule program's statements; ``pullbacks[tg
+    given]`` is ``(fn(d, a, y, g, ta, tg) -> (r[, tr]), has tangent)``, the pullback program's
+    statements with its ``d`` given. Only where both programs bind the same expression to those
+    names, so ``d`` is the number the pullback would compute; the statements are the programs'
+    own, in their order, so the results are bitwise the same.
+
+    Example:
+        >>> from mooncake_py.rules.derivative_table import TABLE
+        >>> fwd, pbs = reusing_programs(TABLE["sin"])
+        >>> d0, ty = fwd(np.array([0.0]), np.array([0.0]), np.array([2.0]))
+        >>> d0, ty
+        (array([1.]), array([2.]))
+    """
+    made = _REUSING.get(entry.name)
+    if made is None or made[2] is not entry:
+        made = _REUSING[entry.name] = _reusing(entry) + (entry,)
+    return made[0], made[1]
+
+
+def _reusing(entry):
+    if entry.nin != 1:
+        return None, None
+    fir = program(entry, "f", 0, (True,)).ir
+    d_src = codegen.let_source(fir, "d0")
+    if d_src is None or [s.name for s in fir.body] != ["y", "d0", "ty"]:
+        return None, None
+    pbs = []
+    for present in ((False, True), (True, True)):
+        pir = program(entry, "p", 0, present).ir
+        if codegen.let_source(pir, "d") != d_src or pir.outs != ("r",):
+            return None, None
+        rets = ("r",) + pir.touts
+        pbs.append((_np_function(codegen.numpy_source_given(
+            pir, "f", ("d", "a", "y", "g", "ta", "tg"), ("d",), rets)), len(rets) == 2))
+    fwd = _np_function(codegen.numpy_source_given(fir, "f", ("a", "y", "ta"), ("y",),
+                                                  ("d0", "ty")))
+    return fwd, tuple(pbs)
 
 
 def _exponent(entry, b):
@@ -300,6 +348,8 @@ def _op_frule(entry):
             p = progs[(present, const_b)] = program(entry, "f", 0, present, const_b)
         return p
 
+    reuse = []  # [(forward, pullbacks)] once looked up
+
     def native(primals, tangents, lanes, kwargs):
         if nin == 1:
             (a,), (ta,) = primals, tangents
@@ -308,6 +358,20 @@ def _op_frule(entry):
             prog = get(_ONE, None)
             b = tb = None
             big = type(a) is np.ndarray and a.size >= KERNEL_MIN_SIZE
+            if not big and not kwargs and type(a) is np.ndarray and type(ta) is np.ndarray:
+                # the NumPy path, keeping the derivative for the pullback (on duals, the
+                # sweep's ew_pullback of this op) to reuse
+                if not reuse:
+                    reuse.append(reusing_programs(entry))
+                fwd, pbs = reuse[0]
+                if fwd is not None:
+                    y = uf(a)
+                    d0, ty = fwd(a, y, ta)
+                    dt = y.dtype
+                    ty = ty if getattr(ty, "dtype", None) == dt else _cast(ty, dt)
+                    if type(y) is np.ndarray:
+                        KEPT[0] = (y, a, d0, pbs)
+                    return y, ty
         else:
             (a, b), (ta, tb) = primals, tangents
             if tb is None:
@@ -407,6 +471,40 @@ def _pullback_native(primals, tangents, lanes, kwargs):
     return _cast(out[0], dt), (_cast(out[1], dt) if prog.has_tangent else None)
 
 
+def _kept_pullback(tag, args):
+    """``ew_pullback(entry, 0, g, a, y)`` of a unary op on duals of ``tag`` whose output ``y``
+    kept the derivative its frule computed (from this ``a``): the pullback program with that
+    derivative given, as ``_apply`` would run and wrap ``_pullback_native``'s. None where the
+    registered frule must run."""
+    if len(args) != 5 or tag._watch:
+        return None
+    entry, k, g, a, y = args
+    if type(y) is not DualArray or type(a) is not DualArray:
+        return None
+    kept = y._kept
+    if kept is None or k != 0 or y._tag is not tag or a._tag is not tag or \
+            kept[1] is not a._value or FRULES.get(ew_pullback) is not _PB_FRULE:
+        return None
+    if type(g) is DualArray:
+        if g._tag is not tag:
+            return None
+        gp, tg = g._value, g._tangent
+    elif type(g) is np.ndarray or type(g) is np.float64:
+        gp, tg = g, None
+    else:
+        return None
+    fn, has_tangent = kept[3][tg is not None]
+    pa, ta, py = a._value, a._tangent, y._value
+    if tag.lanes:
+        ta = align(ta, _ndim(gp))
+    dt = _result_dtype(gp, py)
+    out = fn(kept[2], pa, py, gp, ta, tg)
+    r = _cast(out[0], dt)
+    tr = _cast(out[1], dt) if has_tangent else None
+    return wrap_result(ew_pullback, r, tr, [entry, k, gp, pa, py],
+                       [None, None, tg, ta, y._tangent], tag)
+
+
 def _result_dtype(g, y):
     gd, yd = getattr(g, "dtype", None), getattr(y, "dtype", None)
     if gd is yd and gd is not None:  # (dtypes of builtin types are singletons)
@@ -462,8 +560,9 @@ def _register(entries):
         native = _op_frule(e)
         FRULES[e.ufunc] = _lane_wrapper(_constant_inputs(e, native) if e.constant else native)
         FRULE_LANES.add(e.ufunc)
-FRULES[ew_pullback] = _lane_wrapper(_pullback_native)
+FRULES[ew_pullback] = _PB_FRULE = _lane_wrapper(_pullback_native)
 FRULE_LANES.add(ew_pullback)
+KEPT_PULLBACK[:] = [ew_pullback, _kept_pullback]
 
 # |z| of a complex z is not holomorphic: complex inputs take rules.complex's frule (NumPy only).
 FRULES[np.absolute] = _lane_wrapper(abs_frule(FRULES[np.absolute]._mc_native))

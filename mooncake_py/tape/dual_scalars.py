@@ -25,8 +25,7 @@ import operator
 import numpy as np
 
 from ..dual.dual_array import DualArray
-from ..dual import codegen
-from ..dual.elementwise import program, _cast, _result_dtype, _np_function
+from ..dual.elementwise import program, _cast, _result_dtype, reusing_programs
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.derivative_table import TABLE
 from ..rules.elementwise import _partial
@@ -62,9 +61,10 @@ class _Op:
         self.forward_d, self.pullbacks_d = (False, None) if self.nin == 1 else (None, None)
 
     def reusing(self):
-        """:attr:`forward_d`, made now if not yet (see :func:`_reusing_programs`)."""
+        """:attr:`forward_d`, made now if not yet (see
+        :func:`~mooncake_py.dual.elementwise.reusing_programs`)."""
         if self.forward_d is False:
-            self.forward_d, self.pullbacks_d = _reusing_programs(self)
+            self.forward_d, self.pullbacks_d = reusing_programs(self.entry)
         return self.forward_d
 
     def frule(self, present):
@@ -79,32 +79,6 @@ class _Op:
         if p is None:
             p = self._pbs[key] = program(self.entry, "p", k, present, None)
         return p
-
-
-def _reusing_programs(op):
-    """``(forward, pullbacks)`` of a unary op whose derivative the pullback can take from
-    the forward instead of computing it again (``cos(a)`` for ``sin``): ``forward(a, y, ta)``
-    runs the frule program's statements and returns ``(d0, ty)``; ``pullbacks[tg given]`` is
-    ``(fn(d, a, y, g, ta, tg) -> outputs, has tangent)``, the pullback program's statements
-    with its ``d`` given. Only where the two programs bind the same expression (the table's
-    first derivative) to those names, so ``d`` is the number the pullback would compute; the
-    statements and their order are the programs' own, so results are bitwise the same.
-    ``(None, None)`` where that does not hold (a constant derivative: nothing to reuse)."""
-    fir = op.frule((True,)).ir
-    d_src = codegen.let_source(fir, "d0")
-    if d_src is None or [s.name for s in fir.body] != ["y", "d0", "ty"]:
-        return None, None
-    pbs = []
-    for present in ((False, True), (True, True)):
-        pir = op.pullback(0, present).ir
-        if codegen.let_source(pir, "d") != d_src or pir.outs != ("r",):
-            return None, None
-        rets = ("r",) + pir.touts
-        pbs.append((_np_function(codegen.numpy_source_given(
-            pir, "f", ("d", "a", "y", "g", "ta", "tg"), ("d",), rets)), len(rets) == 2))
-    fwd = _np_function(codegen.numpy_source_given(fir, "f", ("a", "y", "ta"), ("y",),
-                                                  ("d0", "ty")))
-    return fwd, tuple(pbs)
 
 
 _OPS = {}  # ufunc -> _Op, filled by install()
