@@ -46,7 +46,8 @@ def _compare(got, want, exact):
 @pytest.mark.parametrize("name,exact,form", [
     ("_sum_1000", True, "_WholeProgram"), ("large_single_block", True, "_WholeProgram"),
     ("_sum_sin_1000", False, "_WholeProgram"), ("map_sin_cos_exp", False, "_MixedSource"),
-    ("turing_broadcast_benchmark", False, "_MixedSource")])
+    ("turing_broadcast_benchmark", False, "_MixedSource"),
+    ("naive_map_sin_cos_exp", False, "_MixedSource")])
 def test_suite_rows_equal_python_replay_and_fresh_recording(name, exact, form):
     case = CASES[name]
     f = case.bind(numpy_namespace())
@@ -500,6 +501,41 @@ def test_runs_between_write_steps():
         y0, (g0,) = mp.value_and_grad(_writes, argnums=(0,))(x)
         _close(got[0], y0)
         _close(got[1][0], g0)
-    how = src.plan._how
-    assert type(how).__name__ == "_MixedSource" and len(how.segments) == 2
-    assert src.plan.runs == 2
+    how = src.plan._how  # (the two runs and the writes between them: one segment)
+    assert type(how).__name__ == "_MixedSource" and len(how.segments) == 1
+    assert src.plan.runs == 2 and how.writes == [] and src.plan.base.writes
+
+
+def _write_chains(x):
+    y = np.empty_like(x)                  # a chain of writes: folded into the segment
+    for i in range(x.shape[0]):
+        y[i] = np.exp(x[i]) * x[i] - 1.0
+    z = np.copy(x)                        # a copy's writes: x gets the rest of z's cotangent
+    for i in range(0, x.shape[0], 2):
+        z[i] = x[i] * x[i] + 0.5 * x[(i + 1) % x.shape[0]]
+    z[1] = 2.0                            # a number written
+    w = np.zeros_like(x)                  # read between writes: stays Python replay
+    for i in range(3):
+        w[i] = x[i] * 3.0
+        w[i + 1] = w[i] * x[i] + np.sin(x[i])
+    return np.sum(y * z) + np.sum(w * w)
+
+
+def test_write_chains_folded_into_segments():
+    x0 = np.linspace(-1, 1, 9)
+    py, src = _pair(_write_chains, (x0,))
+    for x in (x0 * 1.5, x0 - 0.25):
+        got = src.call(_write_chains, (x,), (0,))
+        _compare(got, py.call(_write_chains, (x,), (0,)), False)
+        y0, (g0,) = mp.value_and_grad(_write_chains, argnums=(0,))(x)
+        _close(got[0], y0)
+        _close(got[1][0], g0)
+    plan = src.plan
+    how = plan._how
+    assert type(how).__name__ == "_MixedSource" and plan.runs == 2
+    assert 0 < len(how.writes) < len(plan.base.writes)  # (w's writes are not folded)
+    c, cp = _hvp_cache(_write_chains, x0), _python_hvp_cache(_write_chains, x0)
+    v = np.cos(np.arange(9.0))
+    for x in (x0, x0 * 1.5, x0 - 0.25):  # (dual plans keep their writes as Python steps)
+        _compare_hvp(mp.value_and_hvp(c, _write_chains, v, x),
+                     mp.value_and_hvp(cp, _write_chains, v, x), False)

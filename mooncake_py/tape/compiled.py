@@ -1223,13 +1223,14 @@ def mix_plan(plan, leaves):
     return mixed
 
 
-def plan_segments(plan, specs, min_len, max_len=None, keep=()):
+def plan_segments(plan, specs, min_len, max_len=None, keep=(), node_of=None):
     """The runs of at least ``min_len`` consecutive steps with a spec (see :func:`_step_spec`)
     in ``plan``, as (first step, end step, first node, outputs: the nodes made in the run that
     a later step reads, the plan's output, or a node of ``keep``, which the caller reads after
     the run); a run longer than ``max_len`` steps is cut into several. Empty when there is
     none. Only runs after the last step of a kind not known here (a kind added to replay.py
-    since, whose reads this module cannot see) are taken.
+    since, whose reads this module cannot see) are taken. ``node_of(step)``: the node a step
+    with a spec makes (:func:`_step_node` by default).
 
     Example:
         >>> plan_segments(type("P", (), {"steps": [], "ynode": 0})(), [], 16)
@@ -1259,17 +1260,18 @@ def plan_segments(plan, specs, min_len, max_len=None, keep=()):
             s += max_len
         runs.append([s, e])
         s = e
+    node_of = node_of or _step_node
     segments = []
     for s, e in runs:
         while e - s >= min_len:
-            made = [_step_node(plan.steps[k]) for k in range(s, e)]
+            made = [node_of(plan.steps[k]) for k in range(s, e)]
             made = [n for n in made if n is not None]
             if not made:
                 break
             outputs = [n for n in made if n == plan.ynode or n in keep or
                        any(not s <= r < e for r in readers.get(n, ()))]
             if made[0] in outputs:  # its first node must hold the segment: start after it
-                while _step_node(plan.steps[s]) != made[0]:
+                while node_of(plan.steps[s]) != made[0]:
                     s += 1
                 s += 1
                 continue
@@ -1288,15 +1290,17 @@ def splice_segments(plan, segments, specs, info, make):
     for s, e, lo, outputs in segments:
         steps += plan.steps[prev:s]
         seg = make(specs[s:e], lo, outputs, info,
-                   tuple({st[1] for st in plan.steps[s:e] if st[0] not in (_GUARD, _OBSERVE)}))
+                   tuple({st[1] for st in plan.steps[s:e]
+                          if st[0] not in (_GUARD, _OBSERVE, _WRITE)}))
         made.append(seg)
         steps.append((_OP, _segment_forward, _segment_forward_rule,
                       ((_CONST, seg),) + tuple((_SLOT, p) for p in seg.external), {},
                       (False,) + (True,) * len(seg.external), lo, (seg.n,), _F64_DT))
         parents[lo] = seg.external
         for node, k in seg.outputs.items():
+            shape, dt = info[node] or ((), _F64_DT)  # (a scalar, or a buffer written)
             steps.append((_OP, _segment_output, _segment_output_rule,
-                          ((_SLOT, lo), (_CONST, k)), {}, (True, False), node, (), _F64_DT))
+                          ((_SLOT, lo), (_CONST, k)), {}, (True, False), node, shape, dt))
             parents[node] = (lo,)
         prev = e
     steps += plan.steps[prev:]

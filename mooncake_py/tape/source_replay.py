@@ -65,7 +65,7 @@ import types
 import numpy as np
 
 from . import compiled as _c
-from .replay import Plan, PullbackReplayer, Replayer, _Failed, _SLOT
+from .replay import _ALLOCATORS, _OP, _SLOT, Plan, PullbackReplayer, Replayer, _Failed
 
 # Runs of scalar steps shorter than this stay Python replay: a segment costs a forward step,
 # an output step per value read after it and a few calls, about the replay of ~8 steps.
@@ -104,7 +104,8 @@ _NOTHING = object()  # a plan with no run worth generating: plain Python replay
 
 def _namespace():
     ns = {"_Failed": _Failed, "_inf": math.inf, "_ninf": -math.inf, "_nan": math.nan,
-          "_F64": _F64}
+          "_F64": _F64, "_put": np.put, "_ravel": np.ravel, "_sum": sum,
+          "_NonFinite": _NonFinite}
     for name in _c._NB_CALLS:
         ns["_m_" + name] = _MATH.get(name) or getattr(math, name)
     return ns
@@ -149,11 +150,14 @@ class _Source:
 
     def __init__(self, specs, unary):
         self.specs, self.unary = specs, unary
-        reads = {}
-        for code, ea, _, _, _ in specs:
+        reads, root = {}, {}
+        for code, ea, eb, _, d in specs:
             if code == 0:
                 reads.setdefault(ea[1], set()).add(ea[2])
+            elif code == _WRITE_CODE:
+                root[d] = root.get(eb[1], eb[1])
         self.arrays = reads  # array node -> offsets read
+        self.root = root  # write node -> the buffer node its chain of writes starts from
 
     def listed(self, node, size):
         """Whether array ``node`` is unpacked by ``.tolist()`` (else read by ``.item``)."""
@@ -175,9 +179,28 @@ class _Source:
                 lines.append(f"if {'not ' if d else ''}v{ea[1]}: raise _Failed()")
             elif code == _c._NEG:
                 lines.append(f"v{d} = -v{ea[1]}")
+            elif code == _WRITE_CODE:
+                continue  # (written all at once at the end: see writes())
             else:
                 lines.append(f"v{d} = " + unary[code][0].format(a=f"v{ea[1]}"))
         return lines
+
+    def writes(self):
+        """Statements making the writes of the run into their buffers (``B<root>``), per chain
+        in the order recorded (offsets within a chain are distinct: see _write_specs)."""
+        chains = {}
+        for code, ea, eb, c, d in self.specs:
+            if code == _WRITE_CODE:
+                offs, vals = chains.setdefault(self.root[d], ([], []))
+                offs.append(str(eb[2]))
+                vals.append(_operand(ea, c))
+        out = []
+        for r, (o, v) in chains.items():
+            # (a value NumPy would have warned about on the way, inf or nan, is checked here:
+            # a written value may be no output of the run)
+            out += [f"_w = [{', '.join(v)}]", f"_put(B{r}, [{', '.join(o)}], _w)",
+                    "_s = _sum(_w)", "if _s - _s != 0.0: raise _NonFinite()"]
+        return out
 
     def reverse(self, seeded):
         """(statements, scalar nodes given a cotangent ``g<node>``, per array node the names
@@ -203,7 +226,15 @@ class _Source:
             if 5 <= code <= _c._TRUTH or d not in has:
                 continue
             g = f"g{d}"
-            if code == 0:
+            if code == _WRITE_CODE:
+                # as the tape's write pullback: the value gets the buffer's cotangent where it
+                # landed, the buffer before gets it with that element zeroed (one list per
+                # chain, passed down the chain as the sweep passes its owned buffer)
+                w = f"W{self.root[d]}[{eb[2]}]"
+                give(ea, w)
+                lines.append(f"{w} = 0.0")
+                has.add(eb[1])
+            elif code == 0:
                 marks.append((len(lines), ea[1], ea[2], g))
                 lines.append(None)
             elif code == 1:
@@ -690,7 +721,7 @@ class _SourceSegment:
 
     def __init__(self, specs, lo, outputs, info, fns):
         self.fns, self.lo = fns, lo
-        scalars, arrays = {}, {}
+        scalars, arrays, buffers = {}, {}, {}
         for _, ea, eb, _, _ in specs:
             for e in (ea, eb):
                 if e is None:
@@ -699,9 +730,13 @@ class _SourceSegment:
                     scalars.setdefault(e[1], None)
                 elif e[0] == "e":
                     arrays.setdefault(e[1], None)
+                elif e[0] == "w" and e[1] < lo:
+                    buffers.setdefault(e[1], None)
         self.scalars, self.arrays = tuple(scalars), tuple(arrays)
+        self.buffers = tuple(buffers)  # buffers written (the chains' first nodes)
         self.shapes = tuple(info[p][0] for p in self.arrays)
-        self.external = self.scalars + self.arrays
+        self.buffer_shapes = tuple(info[p][0] for p in self.buffers)
+        self.external = self.scalars + self.arrays + self.buffers
         self.outputs = {node: k for k, node in enumerate(outputs)}
         self.n = len(outputs)
         self.src = _Source(specs, _unary_table())
@@ -715,20 +750,22 @@ class _SourceSegment:
         for p, shape in zip(self.arrays, self.shapes):
             sizes[p] = int(np.prod(shape))
             body += _unpack(p, shape, src)
-        body += src.forward(sizes)
+        body += src.forward(sizes) + src.writes()
         saved = self._saved()
-        body.append(f"return [{', '.join(f'_F64(v{n})' for n in self.outputs)}], "
+        outs = [f"B{src.root[n]}" if n in src.root else f"_F64(v{n})" for n in self.outputs]
+        body.append(f"return [{', '.join(outs)}], "
                     f"({', '.join(saved)}{',' if len(saved) == 1 else ''})")
         self._saved_names = saved
         self._fwd = _build("mp_segment_forward", [f"v{p}" for p in self.scalars] +
-                           [f"A{p}" for p in self.arrays], body)
+                           [f"A{p}" for p in self.arrays] + [f"B{p}" for p in self.buffers],
+                           body)
         return self._fwd
 
     def _saved(self):
         """The forward values the reverse may read (operands of * and /, unary ops' ins/outs)."""
         names = []
         for code, ea, eb, _, d in self.src.specs:
-            if code in (3, 4) or code >= _c._UNARY0:
+            if code in (3, 4) or _c._UNARY0 <= code < _WRITE_CODE:
                 for e in (ea, eb):
                     if e is not None and e[0] == "s":
                         names.append(f"v{e[1]}")
@@ -737,12 +774,14 @@ class _SourceSegment:
         return list(dict.fromkeys(names))
 
     def _make_reverse(self, seeded):
-        rev, has, elems = self.src.reverse(seeded)
+        src = self.src
+        rev, has, elems = src.reverse(seeded)
         body = []
         saved = self._saved_names
         if saved:
             body.append(f"{', '.join(saved)}{',' if len(saved) == 1 else ''} = S")
-        body += [f"g{n} = float(g{n})" for n in seeded] + rev
+        body += [f"W{src.root[n]} = _ravel(g{n}).tolist()" if n in src.root else
+                 f"g{n} = float(g{n})" for n in seeded] + rev
         outs = [f"_F64(g{p})" if p in has else "None" for p in self.scalars]
         for p, shape in zip(self.arrays, self.shapes):
             if p in elems:
@@ -750,6 +789,7 @@ class _SourceSegment:
                 outs.append(f"G{p}")
             else:
                 outs.append("None")
+        outs += [f"W{p}" if p in has else "None" for p in self.buffers]
         body.append(f"return ({', '.join(outs)},)")
         fn = _build("mp_segment_reverse", ["S"] + [f"g{n}" for n in seeded], body)
         self._revs[seeded] = fn
@@ -758,13 +798,13 @@ class _SourceSegment:
     def forward(self, values):
         _c._check_rules(self.fns)
         E = len(self.scalars)
-        for v, shape in zip(values[E:], self.shapes):
+        for v, shape in zip(values[E:], self.shapes + self.buffer_shapes):
             if not _c._f64_array(v, shape):
                 raise _Unfit()
         fwd = self._fwd or self._make_forward()
         outs, saved = fwd(*values)
         for v in outs:
-            if v - v != 0.0:
+            if type(v) is _F64 and v - v != 0.0:  # (a scalar; else a buffer: see writes())
                 raise _NonFinite()
         state = _SegmentState()
         state.values, state.saved, state.seeds, state.shape = outs, saved, {}, (self.n,)
@@ -782,7 +822,7 @@ class _SourceSegment:
         for v in out:
             if v is not None and v - v != 0.0:
                 raise _NonFinite()
-        for g, shape in zip(cts[E:], self.shapes):
+        for g, shape in zip(cts[E:], self.shapes + self.buffer_shapes):
             if g is None:
                 out.append(None)
                 continue
@@ -1042,12 +1082,71 @@ def _source_for(plan, leaves):
                              _functions(plan), _unary_table())
     keep = () if plan.ynode is not None else \
         {r for k, r in getattr(plan, "outs", ()) if k == _SLOT}
+    if getattr(plan, "writes", None):
+        _write_specs(plan, specs, info)
     return _mixed(plan, specs, info, keep, _SourceSegment)
+
+
+_WRITE_CODE = 40  # a spec (40, value operand, ("w", buffer node, offset), constant, node)
+
+
+def _write_specs(plan, specs, info):
+    """Give each write step that a segment can make a spec (in place), and ``info`` its node:
+    ``buf[i, j] = v`` of a float64 scalar (or number) into one element of a float64 ndarray
+    buffer that ``f`` allocated, in a chain of such writes (the buffer, and each state of it
+    before the last, read by nothing but the next write; each element written once). Then no
+    pullback ever reads the buffer before the chain's end, which is why a segment may make the
+    writes at once and leave out the undo and redo that the sweep makes around each write."""
+    steps = plan.steps
+    readers, made_by = {}, {}
+    for k, st in enumerate(steps):
+        for p in _c._step_refs(st) or ():
+            readers.setdefault(p, []).append(k)
+        node = st[6] if st[0] == _OP else st[1] if st[0] == _c._WRITE else None
+        if node is not None:
+            made_by[node] = k
+    written = {}  # chain's first node -> offsets written
+    root = {}
+    for k, st in enumerate(steps):
+        if st[0] != _c._WRITE:
+            continue
+        _, node, h, key, is_slot, ref, region, vshape, vdtype, buftype = st
+        if buftype is not np.ndarray or region != () or vshape != () or \
+                info[h] is None or info[h][1] != _F64_DT or not info[h][0] or \
+                readers.get(h) != [k] or h not in made_by or (vdtype is not None and
+                                                                vdtype != _F64_DT):
+            continue
+        first = steps[made_by[h]]
+        if not (first[0] == _c._WRITE and h in root) and not (
+                first[0] == _OP and first[1] in _ALLOCATORS):
+            continue
+        off = _c._flat_index(key, info[h][0])
+        r = root.get(h, h)
+        if off is None or off in written.setdefault(r, set()):
+            continue
+        if is_slot:
+            if info[ref] != ((), _F64_DT):
+                continue
+            value, const = ("s", ref), 0.0
+        else:
+            const = _c._number(ref)
+            if const is None:
+                continue
+            value = None
+        written[r].add(off)
+        root[node] = r
+        info[node] = info[h]
+        specs[k] = (_WRITE_CODE, value, ("w", h, off), const, node)
+
+
+def _made(step):
+    """The node a step with a spec makes (its written buffer's, for a write)."""
+    return step[1] if step[0] == _c._WRITE else _c._step_node(step)
 
 
 def _mixed(plan, specs, info, keep, segment):
     """``plan`` with its runs as ``segment``s (a _MixedSource), or None when it has none."""
-    segments = _c.plan_segments(plan, specs, MIN_RUN, MAX_RUN, keep)
+    segments = _c.plan_segments(plan, specs, MIN_RUN, MAX_RUN, keep, _made)
     if not segments:
         return None
     mixed = _MixedSource.__new__(_MixedSource)
@@ -1055,6 +1154,11 @@ def _mixed(plan, specs, info, keep, segment):
     mixed.__dict__.pop("_dual_steps", None)  # (made from the plan's own steps)
     mixed.steps, mixed.parents, mixed.segments = _c.splice_segments(plan, segments, specs, info,
                                                                     segment)
+    folded = {plan.steps[k][1] for s, e, _, _ in segments for k in range(s, e)
+              if plan.steps[k][0] == _c._WRITE}
+    if folded:  # (writes a segment makes: no undo and redo around them in the sweep)
+        mixed.writes = [w for w in plan.writes if w not in folded]
+        mixed.splits = [w for w in plan.splits if w not in folded]
     return mixed
 
 
