@@ -26,14 +26,18 @@ def _bitwise(a, b):
 
 
 # --- np.stack ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("axis", [None, 0, -1, 1])
 @pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
-def test_stack_native_equals_lane_frule(shape):
+def test_stack_native_equals_lane_frule(shape, axis):
+    if axis is not None and abs(axis) > len(shape):
+        return
     ps = [np.float64(v) if shape == () else v
           for v in (RNG.standard_normal(shape) for _ in range(5))]
     ts = tuple(np.float64(v) if shape == () else v
                for v in (RNG.standard_normal(shape) for _ in range(5)))
-    out, tout = core_rules._stack_native([ps], [ts], 0, {})
-    ref_out, ref_t = _run_rule(np.stack, core_rules._stack_frule, [ps], [ts], 0, {})
+    prim, tans = ([ps], [ts]) if axis is None else ([ps, axis], [ts, None])
+    out, tout = core_rules._stack_native(prim, tans, 0, {})
+    ref_out, ref_t = _run_rule(np.stack, core_rules._stack_frule, prim, tans, 0, {})
     _bitwise(out, ref_out)
     _bitwise(tout, ref_t)
 

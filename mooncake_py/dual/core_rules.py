@@ -189,10 +189,12 @@ _DUAL_TANGENTS = (np.ndarray, np.float64)
 
 
 def _stack_native(primals, tangents, lanes, kwargs):
-    if not lanes and not kwargs and len(primals) == 1:
+    # (the stack rrule passes its axis on positionally)
+    if not lanes and not kwargs and (len(primals) == 1 or (
+            len(primals) == 2 and type(primals[1]) is int and tangents[1] is None)):
         ts = tangents[0]
         if type(ts) is tuple and ts and all(type(t) in _DUAL_TANGENTS for t in ts):
-            return np.stack(primals[0]), np.stack(ts)
+            return np.stack(*primals), np.stack(ts, *primals[1:])
     return _run_rule(np.stack, _stack_frule, primals, tangents, lanes, kwargs)
 
 
