@@ -257,7 +257,7 @@ def _unary_node(op, ufunc, d, tag):
         fwd = op.reusing()
     if fwd is not None:  # (_tangent_of's program and cast, keeping the derivative)
         d1, ty = fwd(pa, y, ta)
-        if getattr(ty, "dtype", None) != _F64_DT:
+        if type(ty) is not _F64 and getattr(ty, "dtype", None) != _F64_DT:
             ty = _cast(ty, _F64_DT)
         yd = DualArray(y, ty, tag)
         return yd, DualPullback(op, d, None, yd, (True,), d1)
@@ -372,6 +372,12 @@ class DualPullback:
         if d1 is not None:  # a unary node of a dual scalar: its derivative is known
             fn, has_tangent = op.pullbacks_d[gt is not None]
             out = fn(d1, a._value, y._value, gp, a._tangent, gt)
+            r = out[0]
+            if type(gp) is _F64 and type(r) is _F64:  # (the casts below leave these alone)
+                if not has_tangent:
+                    return r
+                if type(out[1]) is _F64:
+                    return DualArray(r, out[1], y._tag)
             dt = _F64_DT if type(gp) is _F64 else _result_dtype(gp, y._value)
             r = _cast(out[0], dt)
             if not has_tangent:
