@@ -202,6 +202,9 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
     be those seen when recording, else ``f`` is recorded afresh (see
     mooncake_py/tape/replay.py for what is replayed and what a replayed function may not do:
     depend on globals, random numbers or side effects). ``replay=False`` records every call.
+    Runs of scalar steps in a replayed plan (``s = s + x[i] * x[i]`` loops) run as generated
+    Python source (mooncake_py/tape/source_replay.py): equal to the recording up to the last
+    bit of transcendental functions (``math.sin`` against NumPy's).
 
     ``compile=True`` (experimental) runs a plan made only of float64 scalar steps (``x[i]``,
     ``+ - * /``, unary functions such as ``np.sin``, comparisons branched on) in one numba
