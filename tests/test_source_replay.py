@@ -344,7 +344,8 @@ def _compare_hvp(got, want, exact):
 
 @pytest.mark.parametrize("name,exact,form", [
     ("_sum_1000", True, "_DualWholeProgram"), ("large_single_block", True, "_DualWholeProgram"),
-    ("_sum_sin_1000", False, "_DualWholeProgram"), ("map_sin_cos_exp", False, "_MixedSource")])
+    ("_sum_sin_1000", False, "_DualWholeProgram"), ("map_sin_cos_exp", False, "_MixedSource"),
+    ("naive_map_sin_cos_exp", False, "_MixedSource")])
 def test_hvp_suite_rows_equal_python_replay_and_fresh_hvp(name, exact, form):
     case = CASES[name]
     f = case.bind(numpy_namespace())
@@ -536,6 +537,9 @@ def test_write_chains_folded_into_segments():
     assert 0 < len(how.writes) < len(plan.base.writes)  # (w's writes are not folded)
     c, cp = _hvp_cache(_write_chains, x0), _python_hvp_cache(_write_chains, x0)
     v = np.cos(np.arange(9.0))
-    for x in (x0, x0 * 1.5, x0 - 0.25):  # (dual plans keep their writes as Python steps)
-        _compare_hvp(mp.value_and_hvp(c, _write_chains, v, x),
-                     mp.value_and_hvp(cp, _write_chains, v, x), False)
+    for x in (x0, x0 * 1.5, x0 - 0.25):  # (and the same on duals, for an HVP)
+        got = mp.value_and_hvp(c, _write_chains, v, x)
+        _compare_hvp(got, mp.value_and_hvp(cp, _write_chains, v, x), False)
+        _close(got[2], mp.hvp(_write_chains)(x, v))
+    plan = c._replay.plan
+    assert plan.runs == 2 and 0 < len(plan._how.writes) < len(plan.base.writes)

@@ -91,6 +91,7 @@ TIMES = {"generate_s": 0.0, "compile_s": 0.0, "functions": 0, "compiled": 0, "lo
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
 _fromiter = np.fromiter
+_ravel = np.ravel
 # Python float arithmetic raises where NumPy gives inf/nan and warns: such a call is replayed
 # the NumPy way instead. (_NonFinite: a non-finite result, where NumPy may have warned.)
 
@@ -549,6 +550,8 @@ class _DualSource(_Source):
             if 5 <= code <= _c._TRUTH:
                 lines += _Source(((code, ea, eb, c, d),), unary).forward(sizes)
                 continue
+            if code == _WRITE_CODE:
+                continue  # (see writes())
             names = self._names(ea, eb, c)
             names["y"] = f"v{d}"
             if code <= 4:
@@ -564,6 +567,24 @@ class _DualSource(_Source):
             lines += [st.format(**names) for st in stmts]
             lines.append(f"t{d} = " + ty.format(**names))
         return lines
+
+    def writes(self):
+        """As :meth:`_Source.writes`, into a dual buffer ``Q<root>``: values into its primal,
+        tangents (0 for a number written, as the dual layer's write) into its tangent."""
+        chains = {}
+        for code, ea, eb, c, d in self.specs:
+            if code == _WRITE_CODE:
+                offs, vals, tans = chains.setdefault(self.root[d], ([], [], []))
+                offs.append(str(eb[2]))
+                vals.append(_operand(ea, c))
+                tans.append("0.0" if ea is None else f"t{ea[1]}")
+        out = []
+        for r, (o, v, t) in chains.items():
+            out += [f"_w = [{', '.join(v)}]", f"_u = [{', '.join(t)}]",
+                    f"_put(Q{r}._value, [{', '.join(o)}], _w)",
+                    f"_put(Q{r}._tangent, [{', '.join(o)}], _u)",
+                    "_s = _sum(_w) + _sum(_u)", "if _s - _s != 0.0: raise _NonFinite()"]
+        return out
 
     def reverse(self, seeded, duals=None):
         """As :meth:`_Source.reverse`, with the seeds' cotangents plain (``g<node>``) or, where
@@ -594,6 +615,15 @@ class _DualSource(_Source):
                 continue
             g = f"g{d}"
             tg = f"h{d}" if dual[d] else None
+            if code == _WRITE_CODE:  # (see _Source.reverse; a dual buffer's cotangent is
+                r, off = self.root[d], eb[2]  # dual or plain, as the tape's)
+                give(ea, f"WV{r}[{off}]", f"WT{r}[{off}]" if dual[d] else None)
+                lines.append(f"WV{r}[{off}] = 0.0")
+                if dual[d]:
+                    lines.append(f"WT{r}[{off}] = 0.0")
+                has.add(eb[1])
+                dual[eb[1]] = dual[d]
+                continue
             if code == 0:
                 marks.append((len(lines), ea[1], ea[2], g, tg))
                 lines.append(None)
@@ -867,13 +897,15 @@ class _DualSegment(_SourceSegment):
             if src.listed(p, sizes[p]):
                 ravel = "" if len(shape) == 1 else ".ravel()"
                 body += [f"L{p} = A{p}{ravel}.tolist()", f"T{p} = B{p}{ravel}.tolist()"]
-        body += src.forward(sizes)
+        body += src.forward(sizes) + src.writes()
         saved = self._saved()
-        outs = ", ".join(f"_D(_F64(v{n}), _F64(t{n}), tag)" for n in self.outputs)
+        outs = ", ".join(f"Q{src.root[n]}" if n in src.root else
+                         f"_D(_F64(v{n}), _F64(t{n}), tag)" for n in self.outputs)
         body.append(f"return [{outs}], ({', '.join(saved)}{',' if len(saved) == 1 else ''})")
         self._saved_names = saved
         params = [f"v{p}" for p in self.scalars] + [f"t{p}" for p in self.scalars] + \
-            [f"A{p}" for p in self.arrays] + [f"B{p}" for p in self.arrays] + ["tag", "_D"]
+            [f"A{p}" for p in self.arrays] + [f"B{p}" for p in self.arrays] + \
+            [f"Q{p}" for p in self.buffers] + ["tag", "_D"]
         self._fwd = _build("mp_dual_segment_forward", params, body)
         return self._fwd
 
@@ -881,7 +913,7 @@ class _DualSegment(_SourceSegment):
         """Every value and tangent the segment reads or makes (its reverse may read any)."""
         names = [f"{c}{p}" for p in self.scalars for c in "vt"]
         for code, _, _, _, d in self.src.specs:
-            if not 5 <= code <= _c._TRUTH:
+            if not 5 <= code <= _c._TRUTH and code != _WRITE_CODE:
                 names += [f"v{d}", f"t{d}"]
         return list(dict.fromkeys(names))
 
@@ -893,6 +925,11 @@ class _DualSegment(_SourceSegment):
         saved = self._saved_names
         if saved:
             body.append(f"{', '.join(saved)}{',' if len(saved) == 1 else ''} = S")
+        for n, d in zip(seeded, duals):
+            if n in src.root:
+                body.append(f"WV{src.root[n]} = g{n}")
+                if d:
+                    body.append(f"WT{src.root[n]} = h{n}")
         body += rev
         outs = []
         for p in self.scalars:
@@ -909,6 +946,9 @@ class _DualSegment(_SourceSegment):
                 outs.append(f"(G{p}, H{p}, {bool(telems[p])})")
             else:
                 outs.append("None")
+        for p in self.buffers:
+            outs.append("None" if p not in has else f"(WV{p}, WT{p}, True)" if src.dual_at[p]
+                        else f"(WV{p}, None, False)")
         body.append(f"return ({', '.join(outs)},)")
         params = ["S", "tag", "_D"] + [f"g{n}" for n in seeded] + \
             [f"h{n}" for n, d in zip(seeded, duals) if d]
@@ -929,19 +969,24 @@ class _DualSegment(_SourceSegment):
             vs.append(float(d._value))
             ts.append(float(d._tangent))
         arrs, tans = [], []
-        for d, shape in zip(values[E:], self.shapes):
+        A = len(self.arrays)
+        for d, shape in zip(values[E:], self.shapes + self.buffer_shapes):
             if type(d) is not D or (tag is not None and d._tag is not tag) or \
                     not _c._f64_array(d._value, shape) or not _c._f64_array(d._tangent, shape):
                 raise _Unfit()
             tag = d._tag
             arrs.append(d._value)
             tans.append(d._tangent)
+        for d in values[E + A:]:  # (buffers written: their tangent too, in place)
+            if not d._tangent.flags.writeable:
+                raise _Unfit()
         if tag is None or tag.lanes or tag._watch:
             raise _Unfit()
         fwd = self._fwd or self._make_forward()
-        outs, saved = fwd(*vs, *ts, *arrs, *tans, tag, D)
+        outs, saved = fwd(*vs, *ts, *arrs[:A], *tans[:A], *values[E + A:], tag, D)
         for v in outs:
-            if v._value - v._value != 0.0 or v._tangent - v._tangent != 0.0:
+            if type(v._value) is _F64 and (v._value - v._value != 0.0 or
+                                           v._tangent - v._tangent != 0.0):
                 raise _NonFinite()
         state = _SegmentState()
         state.values, state.saved, state.seeds, state.shape = outs, saved, {}, (self.n,)
@@ -958,9 +1003,20 @@ class _DualSegment(_SourceSegment):
         order = sorted(range(len(nodes)), key=nodes.__getitem__)
         ks = list(seeds)
         gs, hs, duals = [], [], []
+        root = self.src.root
         for i in order:
             g = seeds[ks[i]]
-            if type(g) is D:
+            if nodes[i] in root:  # a buffer's cotangent: its elements, as lists
+                if type(g) is D:
+                    if g._tag is not tag:
+                        raise _Unfit()
+                    gs.append(_ravel(g._value).tolist())
+                    hs.append(_ravel(g._tangent).tolist())
+                    duals.append(True)
+                else:
+                    gs.append(_ravel(g).tolist())
+                    duals.append(False)
+            elif type(g) is D:
                 if g._tag is not tag:
                     raise _Unfit()
                 gs.append(float(g._value))
@@ -978,12 +1034,12 @@ class _DualSegment(_SourceSegment):
             if v is not None and (v - v != 0.0 if type(v) is _F64 else
                                   v._value - v._value != 0.0 or v._tangent - v._tangent != 0.0):
                 raise _NonFinite()
-        for got, shape in zip(cts[E:], self.shapes):
+        for got, shape in zip(cts[E:], self.shapes + self.buffer_shapes):
             if got is None:
                 out.append(None)
                 continue
             g, h, dual = got
-            s = sum(g) + sum(h)
+            s = sum(g) + (sum(h) if dual else 0.0)
             if s - s != 0.0:
                 raise _NonFinite()
             a = _fromiter(g, _F64, len(g))
@@ -1084,6 +1140,8 @@ def _source_for(plan, leaves):
         if len(specs) <= MAX_RUN and _whole(plan, specs, values):
             return _DualWholeProgram(plan, specs, tuple(v.shape for v in values),
                                      _functions(plan), _unary_table())
+        if getattr(plan, "writes", None):
+            _write_specs(plan, specs, info, dual=True)
         return _mixed(plan, specs, info, (), _DualSegment)
     info = _c._node_info(plan, leaves)
     specs = [_c._step_spec(st, info, codes) for st in plan.steps]
@@ -1100,11 +1158,12 @@ def _source_for(plan, leaves):
 _WRITE_CODE = 40  # a spec (40, value operand, ("w", buffer node, offset), constant, node)
 
 
-def _write_specs(plan, specs, info):
+def _write_specs(plan, specs, info, dual=False):
     """Give each write step that a segment can make a spec (in place), and ``info`` its node:
     ``buf[i, j] = v`` of a float64 scalar (or number) into one element of a float64 ndarray
     buffer that ``f`` allocated, in a chain of such writes (the buffer, and each state of it
-    before the last, read by nothing but the next write; each element written once). Then no
+    before the last, read by nothing but the next write; each element written once; with
+    ``dual``, of duals into a dual buffer, as a plan on duals has them). Then no
     pullback ever reads the buffer before the chain's end, which is why a segment may make the
     writes at once and leave out the undo and redo that the sweep makes around each write."""
     steps = plan.steps
@@ -1121,7 +1180,8 @@ def _write_specs(plan, specs, info):
         if st[0] != _c._WRITE:
             continue
         _, node, h, key, is_slot, ref, region, vshape, vdtype, buftype = st
-        if buftype is not np.ndarray or region != () or vshape != () or \
+        if buftype is not (_dual_type() if dual else np.ndarray) or region != () or \
+                vshape != () or \
                 info[h] is None or info[h][1] != _F64_DT or not info[h][0] or \
                 readers.get(h) != [k] or h not in made_by or (vdtype is not None and
                                                                 vdtype != _F64_DT):
