@@ -401,3 +401,16 @@ def test_pullback_of_another_input_computes_its_own_derivative():
     _bitwise(mp.primal(r), mp.primal(g) * np.cos(a._value))
     _bitwise(mp.tangent(r), np.cos(a._value) * mp.tangent(g)
              + mp.primal(g) * (-mp.primal(y) * a._tangent))
+
+
+def test_dual_with_a_kept_derivative_pickles_and_copies():
+    import copy
+    import pickle
+    d = mp.dual(RNG.uniform(0.1, 0.9, 3), RNG.standard_normal(3))
+    y = np.sin(d)
+    assert y._kept is not None
+    for c in (pickle.loads(pickle.dumps(y)), copy.deepcopy(y), copy.copy(y)):
+        _bitwise(mp.primal(c), mp.primal(y))
+        _bitwise(mp.tangent(c), mp.tangent(y))
+        assert c._tag.level == y._tag.level
+    assert pickle.loads(pickle.dumps(y))._kept is None

@@ -84,6 +84,15 @@ class DualArray(ArrayOps):
         # table op kept its derivative for the pullback (see elementwise.reusing_programs)
         self._kept = None
 
+    def __getstate__(self):
+        # (the kept derivative is a cache holding generated functions: not part of the value)
+        return None, {"_value": self._value, "_tangent": self._tangent, "_tag": self._tag}
+
+    def __setstate__(self, state):
+        for name, v in state[1].items():
+            setattr(self, name, v)
+        self._kept = None
+
     def _mc_level(self):
         return self._tag.level
 
