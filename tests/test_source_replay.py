@@ -543,3 +543,24 @@ def test_write_chains_folded_into_segments():
         _close(got[2], mp.hvp(_write_chains)(x, v))
     plan = c._replay.plan
     assert plan.runs == 2 and 0 < len(plan._how.writes) < len(plan.base.writes)
+
+
+def _like_buffer(x):
+    y = np.zeros(6, like=x)               # a like= constructor: a plan step, then written into
+    for i in range(6):
+        y[i] = np.cos(x[i]) * x[i + 1] + 2.0 * x[i]
+    s = 0.0
+    for i in range(6):
+        s = s + y[i] * x[i]
+    return s + np.sum(y)
+
+
+def test_like_constructor_buffer():
+    x0 = np.linspace(-1, 1, 7)
+    py, src = _pair(_like_buffer, (x0,))
+    for x in (x0 * 1.5, x0 + 0.25):
+        got = src.call(_like_buffer, (x,), (0,))
+        _compare(got, py.call(_like_buffer, (x,), (0,)), False)
+        _close(got[1][0], mp.grad(_like_buffer)(x))
+    how = src.plan._how
+    assert type(how).__name__ == "_MixedSource" and how.writes == [] and src.plan.base.writes

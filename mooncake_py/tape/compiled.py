@@ -54,7 +54,8 @@ from ..config import current_config
 from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from . import fastpath
-from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM, _UNARY,
+from .replay import (_BIN, _CONST, _GUARD, _ITEM, _LIKE, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM,
+                     _UNARY,
                      Plan, Replayer, _Failed, _split_leaves)
 from .replay_writes import _VIEW_WRITE, _WRITE
 
@@ -955,6 +956,8 @@ def _step_refs(step):
         return [step[2], step[5]] if step[4] else [step[2]]
     if kind == _VIEW_WRITE:
         return [step[2]]
+    if kind == _LIKE:  # (a like= constructor: it reads its like= array only)
+        return [step[5]]
     return None
 
 

@@ -75,7 +75,8 @@ import types
 import numpy as np
 
 from . import compiled as _c
-from .replay import _ALLOCATORS, _OP, _SLOT, Plan, PullbackReplayer, Replayer, _Failed
+from .replay import (_ALLOCATORS, _FRESH_LIKE, _LIKE, _OP, _SLOT, Plan, PullbackReplayer,
+                     Replayer, _Failed)
 
 # Runs of scalar steps shorter than this stay Python replay: a segment costs a forward step,
 # an output step per value read after it and a few calls, about the replay of ~8 steps.
@@ -1171,9 +1172,12 @@ def _write_specs(plan, specs, info, dual=False):
     for k, st in enumerate(steps):
         for p in _c._step_refs(st) or ():
             readers.setdefault(p, []).append(k)
-        node = st[6] if st[0] == _OP else st[1] if st[0] == _c._WRITE else None
+        kind = st[0]
+        node = st[6] if kind == _OP else st[1] if kind in (_c._WRITE, _LIKE) else None
         if node is not None:
             made_by[node] = k
+            if kind == _LIKE and type(st[7]) is tuple:  # (a buffer made by np.zeros(like=x))
+                info[node] = (st[7], st[8])
     written = {}  # chain's first node -> offsets written
     root = {}
     for k, st in enumerate(steps):
@@ -1188,7 +1192,8 @@ def _write_specs(plan, specs, info, dual=False):
             continue
         first = steps[made_by[h]]
         if not (first[0] == _c._WRITE and h in root) and not (
-                first[0] == _OP and first[1] in _ALLOCATORS):
+                first[0] == _OP and first[1] in _ALLOCATORS) and not (
+                first[0] == _LIKE and first[2] in _FRESH_LIKE):
             continue
         off = _c._flat_index(key, info[h][0])
         r = root.get(h, h)
