@@ -1127,8 +1127,11 @@ def _solve_triangular_rrule(primal):
                     # one column (a vector b): the outer product by broadcasting (~3x faster
                     # than a product with inner dimension 1, the same numbers), negated on
                     # the vector
-                    return (u * -_mT(v)) * _triangle_mask(shape_of(a)[-1], lower,
-                                                          unit_diagonal, _dtype(u), u)
+                    r = u * -_mT(v)
+                    mask = _triangle_mask(shape_of(a)[-1], lower, unit_diagonal, _dtype(u), u)
+                    if type(r) is np.ndarray:  # (fresh: masked in place)
+                        return np.multiply(r, mask, out=r)
+                    return r * mask
                 outer = np.matmul(u, _mT(v))
             else:
                 outer = (np.matmul(bbar, _mH(xm)) if t == 0 else
