@@ -30,6 +30,7 @@ Example:
 """
 import numpy as np
 
+from . import tape as _tape_module
 from .tape import MutatingTape, _DualItemWrite, _NP_SCALARS, _Write, begin_writes
 
 _WRITE, _VIEW_WRITE = 10, 11
@@ -91,6 +92,31 @@ def _dual_item_write(buf, key, v, region, vshape, vdtype):
     p[key] = vp
     t[key] = vt
     return _DualItemWrite(p, t, key, op, ot, region, vshape, vdtype)
+
+
+def split_dual_item(g, key):
+    """``g[key]`` of a dual cotangent ``g`` (no lanes) at one float64 element, as a new dual
+    scalar, with the element zeroed in ``g`` (primal and tangent): what the write pullback's
+    general path does through DualArray's getitem, copy and write; None where it must run."""
+    D = _DUAL[0] if _DUAL else _dual_type()
+    if type(g) is not D:
+        return None
+    tag = g._tag
+    if tag.lanes or tag._watch:
+        return None
+    p, t = g._value, g._tangent
+    if type(p) is not np.ndarray or type(t) is not np.ndarray or not t.flags.writeable or \
+            not p.flags.writeable:
+        return None
+    a, b = p[key], t[key]
+    if type(a) is not _F64 or type(b) is not _F64:
+        return None
+    p[key] = 0
+    t[key] = 0
+    return D(a, b, tag)
+
+
+_tape_module._split_item = split_dual_item
 
 
 def _dual_type():

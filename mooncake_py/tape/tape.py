@@ -39,6 +39,7 @@ from .pullbacks import ItemRead
 _SWEEPING = contextvars.ContextVar("mooncake_sweeping", default=0)
 _SEQ = (list, tuple)
 _F64 = np.float64
+_F64_DT = np.dtype(np.float64)
 _ONE = np.float64(1.0)
 _NEEDS1 = (True,)
 _NEEDS2 = {(True, True): (True, True), (True, False): (True, False),
@@ -682,6 +683,23 @@ class MutatingTape(Tape):
                 else:
                     _accumulate(cts, owned, prev, g)
                 return
+        elif _split_item is not None and not wn.region and i in owned and i not in keep and \
+                (vnode is None or (wn.vshape == () and wn.vdtype == _F64_DT)) and \
+                type(g) in WRAPPER_TYPES:
+            # the same for a dual cotangent (forward-over-reverse of a scalar loop's writes)
+            gv = _split_item(g, wn.key)
+            if gv is not None:
+                if vnode is not None:
+                    _accumulate(cts, owned, vnode, gv)
+                pb = self._pullbacks[prev]
+                if (pb is None or type(pb) is NoDerivative) and prev not in keep:
+                    return
+                if cts[prev] is None:
+                    cts[prev] = g
+                    owned.add(prev)
+                else:
+                    _accumulate(cts, owned, prev, g)
+                return
         if type(g) in _SPARSE:
             g, mine = g.dense(), True
         else:
@@ -975,6 +993,10 @@ _SPARSE = (IndexedCotangent, IndexedCotangentList)
 # cur + g for two scalar contributions of which one is a dual number, or None: set by
 # fastpath.install (tape/dual_scalars.py), so that this module needs no import of the dual layer
 _scalar_add = None
+# split_item(g, key) -> g[key] (a copy), with g[key] zeroed in place, for a wrapped cotangent
+# ``g`` and an index of one element; None where the general path must run. Set by
+# replay_writes.py (dual numbers), so that this module needs no import of the dual layer.
+_split_item = None
 
 
 def _add(a, b):
