@@ -416,3 +416,13 @@ def test_dual_cotangent_split_equals_the_general_write_pullback(f, monkeypatch):
     eps = 1e-6
     fd = (mp.grad(f)(x + eps * v) - mp.grad(f)(x - eps * v)) / (2 * eps)
     np.testing.assert_allclose(short, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_derivative_cache_of_a_writing_function_records_and_is_right():
+    # (forward replay does not represent writes: such a function is recorded every call)
+    xs = _inputs(SHAPES[view_writes])
+    c = mp.prepare_derivative_cache(view_writes, xs[0])
+    for k, x in enumerate(xs):
+        dx = np.full(x.shape, 0.5 + k)
+        _equal(mp.value_and_derivative(c, view_writes, dx, x), mp.jvp(view_writes, (x,), (dx,)))
+    assert c._replay.replays == 0
