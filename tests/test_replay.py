@@ -45,10 +45,7 @@ def test_suite_case_replay_equals_fresh_recording(name):
                                for i, a in enumerate(args)))
     cache = mp.prepare_gradient_cache(f, *perturbed[0])
     _calls(cache, f, perturbed)
-    if not case.mutates:
-        assert cache._replay.replays >= 1, "expected this case to replay"
-    else:
-        assert cache._replay.plan is None  # writes are recorded every call
+    assert cache._replay.replays >= 1, "expected this case to replay"  # (writes too)
 
 
 def _writer(x):
@@ -70,7 +67,7 @@ def test_mutation_programs_equal_fresh_recording(f):
     xs = [np.array([1.0, 2.0, 3.0]) * k for k in (1.0, 1.5, -0.5)]
     cache = mp.prepare_gradient_cache(f, xs[0])
     _calls(cache, f, [(x,) for x in xs])
-    assert cache._replay.plan is None and cache._replay.replays == 0
+    assert cache._replay.replays == 2  # (writes into x.copy() / zeros_like are plan steps)
 
 
 def _branchy(x):

@@ -83,10 +83,7 @@ def test_suite_cases_replay(name):
     cache = mp.prepare_pullback_cache(f, *inputs[0])
     for k, args in enumerate(inputs):
         _check(cache, f, 0.5 + k, *args)
-    if case.mutates:
-        assert cache._replay.plan is None
-    else:
-        assert cache._replay.replays == 2
+    assert cache._replay.replays == 2
 
 
 def _branchy(x):
@@ -191,7 +188,7 @@ def test_failing_op_during_replay_records_again():
     assert gc._replay.replays == 1 and not gc._replay.disabled
 
 
-def test_writes_are_recorded_every_call():
+def test_writes_into_a_buffer_f_allocated_replay():
     def f(x):
         y = np.zeros_like(x)
         y[1:] = x[:-1] * x[1:]
@@ -199,7 +196,7 @@ def test_writes_are_recorded_every_call():
     cache = mp.prepare_pullback_cache(f, np.ones(3))
     for k in range(3):
         _check(cache, f, np.arange(3.0), np.arange(3.0) + k)
-    assert cache._replay.plan is None and cache._replay.replays == 0
+    assert cache._replay.replays == 2
 
 
 def test_plain_outputs_are_fresh_copies():
@@ -217,7 +214,7 @@ def test_plain_outputs_are_fresh_copies():
 
 def test_unplannable_functions_stop_planning_silently():
     def f(x):
-        y = np.empty_like(x)
+        y = x * 0.0  # (an op's result: writes into it are not planned)
         for i in range(3):
             y[i] = np.sin(x[i])
         return np.sum(y)

@@ -54,10 +54,7 @@ def test_suite_case_hvp_replay_equals_fresh(name):
         v = tuple(rng.standard_normal(np.shape(a)) if i in cache.spec.float_args else None
                   for i, a in enumerate(args))
         _check_hvp(cache, f, v[0] if len(args) == 1 else v, args)
-    if not case.mutates:
-        assert cache._replay.replays >= 1, "expected this case to replay"
-    else:
-        assert cache._replay.plan is None and cache._replay.replays == 0
+    assert cache._replay.replays >= 1, "expected this case to replay"
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -74,22 +71,19 @@ def test_suite_case_hessian_replay_equals_fresh(name):
     for args in inputs:
         _check_hessian(cache, f, args)
     replays = sum(r.replays for r in cache._replay.values())
-    if not case.mutates:
-        assert replays >= 1, "expected this case to replay"
-    else:
-        assert replays == 0
+    assert replays >= 1, "expected this case to replay"
 
 
 @pytest.mark.parametrize("f", [_writer, _buffer])
-def test_mutation_programs_fall_back(f):
+def test_mutation_programs_replay(f):
     xs = [np.array([1.0, 2.0, 3.0]) * k for k in (1.0, 1.5, -0.5)]
     cache = mp.prepare_hvp_cache(f, xs[0])
     hcache = mp.prepare_hessian_cache(f, xs[0])
     for x in xs:
         _check_hvp(cache, f, x + 1, (x,))
         _check_hessian(hcache, f, (x,))
-    assert cache._replay.plan is None and cache._replay.replays == 0
-    assert all(r.plan is None and r.replays == 0 for r in hcache._replay.values())
+    assert cache._replay.replays == 2  # (writes into x.copy() / zeros_like are plan steps)
+    assert sum(r.replays for r in hcache._replay.values()) >= 2
 
 
 def _branchy(x):
