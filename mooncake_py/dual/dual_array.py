@@ -363,7 +363,8 @@ def _paired(out, tout, primals, tangents):
     input whose tangent is not the same view of the input's tangent (their layouts differed)
     gets a read-only tangent: writing through it raises MutationError, never loses the write.
     """
-    if out.base is None and tout.base is None and tout.flags.writeable:
+    tf = tout.flags  # (each .flags is a new object: read once)
+    if out.base is None and tout.base is None and tf.writeable:
         # Both fresh (the usual elementwise result): shared only if tout is an input's
         # tangent or the buffer under one; then the layout decides, as below.
         for t in tangents:
@@ -371,7 +372,7 @@ def _paired(out, tout, primals, tangents):
                              buffer_root(t) is tout):
                 break
         else:
-            if not out.flags.c_contiguous or tout.flags.c_contiguous:
+            if tf.c_contiguous or not out.flags.c_contiguous:
                 return tout
             return np.array(tout, order="C")
     if out.base is not None:
