@@ -301,7 +301,8 @@ class HVPCache(ReplayingCache):
         if self._compile:
             from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
             return CompilingReplayer(dual=True, kind="hvp")
-        return Replayer(dual=True, kind="hvp")
+        from .tape.source_replay import SourceReplayer
+        return SourceReplayer(dual=True, kind="hvp")
 
 
 class HessianCache(ReplayingCache):

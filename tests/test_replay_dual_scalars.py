@@ -12,6 +12,17 @@ from mooncake_py.second_order import _replayed_hvp_one
 from mooncake_py.tape import replay
 
 
+@pytest.fixture(autouse=True)
+def _python_dual_replay(monkeypatch):
+    """These tests are about the Python replay of dual plans, which must stay bitwise; the
+    default HVP cache runs scalar runs as generated source instead (equal to rounding:
+    tests/test_source_replay.py)."""
+    from mooncake_py.second_order import HVPCache
+    monkeypatch.setattr(HVPCache, "_new_replay", lambda self: (
+        __import__("mooncake_py.tape.compiled", fromlist=["x"]).CompilingReplayer(
+            dual=True, kind="hvp") if self._compile else replay.Replayer(dual=True, kind="hvp")))
+
+
 def _same(a, b):
     la, lb = mp.ravel_pytree(a)[0], mp.ravel_pytree(b)[0]
     return type(a) is type(b) and np.array_equal(la, lb) and la.dtype == lb.dtype
