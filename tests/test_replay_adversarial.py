@@ -388,6 +388,77 @@ def test_threads_calling_one_cache():
     assert gc._replay.replays >= 30 and hc._replay.replays >= 30
 
 
+# --- in-place methods on a buffer between two scalar runs ---------------------------------------
+IN_PLACE = {
+    "fill": lambda y, x: y.fill(2.0),
+    "sort": lambda y, x: y.sort(),          # a permutation that depends on the values
+    "imul_int": lambda y, x: y.__imul__(2),
+    "ipow": lambda y, x: y.__ipow__(2),
+    "transposed_iadd": lambda y, x: y.reshape(2, 3).T.__iadd__(x.reshape(2, 3).T),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE))
+def test_in_place_methods_on_a_written_buffer(name):
+    op = IN_PLACE[name]
+
+    def f(x):
+        y = np.zeros_like(x)
+        for i in range(6):
+            y[i] = np.sin(x[i]) * x[(i + 1) % 6] + 0.1
+        op(y, x)
+        s = 0.0
+        for i in range(6):
+            s = s + np.cos(y[i]) * x[i]
+        return s
+
+    _check_all(f, _inputs((6,)), fd=name != "sort")
+
+
+# --- value-dependent masks and orders: same count, other positions -----------------------------
+MASKED = {
+    "boolean_index": lambda x: np.sum(x[x > 0] ** 2 * np.arange(6.0)),
+    "where": lambda x: np.sum(np.where(x > 0, x * x, np.sin(x)) * np.arange(12.0)),
+    "times_mask": lambda x: np.sum(x * (x > 0) * np.arange(12.0)),
+    "sum_where": lambda x: np.sum(x * x * np.arange(12.0), where=x > 0),
+    "argsort_index": lambda x: np.sum(x[np.argsort(x)] * np.arange(12.0)),
+    "sort": lambda x: np.sum(np.sort(x) * np.arange(12.0)),
+    "relu_loop": lambda x: sum(np.maximum(x[i], 0.0) * i for i in range(12)),
+}
+
+
+@pytest.mark.filterwarnings("ignore:the prepared")  # (guards flip: the caches stop replaying)
+@pytest.mark.parametrize("name", sorted(MASKED))
+def test_masks_with_the_same_count_at_other_positions(name):
+    """Each call permutes the same values: a guard that checked only a mask's count or a
+    result's shape would replay the recorded positions (a wrong derivative)."""
+    f = MASKED[name]
+    base = np.array([1., -1, 2, -2, 3, -3, .5, -.5, 1.5, -1.5, .2, -.2])
+    xs = [base[np.random.default_rng(k).permutation(12)] * (1 + 0.1 * k) for k in range(4)]
+    gc, hc = mp.prepare_gradient_cache(f, xs[0]), _hvp_cache(f, xs[0])
+    v = np.linspace(-1, 1, 12)
+    for x in xs + xs[:2]:
+        _close(mp.value_and_gradient(gc, f, x)[1][0], mp.grad(f)(x))
+        _close(mp.value_and_hvp(hc, f, v, x)[2], mp.hvp(f)(x, v), rtol=1e-10, atol=1e-12)
+
+
+# --- bad cotangents and directions, then a good call ---------------------------------------------
+def test_bad_cotangent_or_direction_then_the_next_call_works():
+    x = np.linspace(-1, 1, 12)
+    pc, hc = mp.prepare_pullback_cache(returns_its_buffer, x), _hvp_cache(scalar_loop, x)
+    _, pb = mp.vjp(returns_its_buffer, x)
+    good = np.arange(12.0)
+    for bad in (np.arange(13.0), np.ones((3, 4)), 2.0, [1.0] * 12):
+        with pytest.raises(mp.errors.MooncakeError):
+            mp.value_and_pullback(pc, returns_its_buffer, bad, x)
+        with pytest.raises(mp.errors.MooncakeError):
+            mp.value_and_hvp(hc, scalar_loop, bad, x)
+        _close(mp.value_and_pullback(pc, returns_its_buffer, good, x)[1][0], pb(good)[0])
+        _close(mp.value_and_hvp(hc, scalar_loop, good, x)[2], mp.hvp(scalar_loop)(x, good),
+               rtol=1e-10, atol=1e-12)
+    assert pc._replay.replays >= 3 and hc._replay.replays >= 3
+
+
 # --- found today: a view that NumPy shares, the tape copies -------------------------------------
 def astype_without_copy(x):
     y = np.zeros_like(x)
