@@ -209,7 +209,8 @@ def header_lines(machine, config):
     return ["# mooncake_py benchmarks", "",
             f"- Machine: {machine.get('cpu')}, {machine.get('cpu_count')} cores, "
             f"{machine.get('platform')}",
-            f"- Python {machine.get('python')}, NumPy {machine.get('numpy')}, BLAS: {blas}",
+            f"- Python {machine.get('python')}, NumPy {machine.get('numpy')}, BLAS: {blas}; "
+            f"malloc: {machine.get('malloc', 'unknown')} (mooncake_py/allocator.py)",
             f"- Frameworks: {versions or 'none'}; threads: {config.get('threads')}",
             f"- Timing: one warm-up call, then samples for about {config.get('budget_s')} s per "
             "measurement; medians" + _passes_note(config.get("passes", 1))

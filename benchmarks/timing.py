@@ -95,6 +95,11 @@ def machine_info(versions=None):
                     break
     except OSError:
         pass
+    try:
+        from mooncake_py import allocator
+        info["malloc"] = allocator.state()
+    except ImportError:  # pragma: no cover - an older mooncake_py
+        pass
     if versions:
         info["frameworks"] = versions
     return info
