@@ -297,14 +297,19 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
     """
     single = isinstance(argnums, int)
     what = f"the arguments of {_fname(f)}"
-    fast = type(argnums) is int and not has_aux
+    fast = None
+    if not has_aux:
+        if type(argnums) is int:
+            fast = (argnums,)
+        elif type(argnums) is tuple and argnums and all(type(i) is int for i in argnums):
+            fast = argnums
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
-        if fast:
-            r = _fast_value_and_grad(f, argnums, args, kwargs)
+        if fast is not None:
+            r = _fast_value_and_grad(f, fast, args, kwargs)
             if r is not None:
-                return r
+                return (r[0], r[1][0]) if single else (r[0], tuple(r[1]))
         nums = _norm_argnums(argnums, len(args), f)
         am.module_of(*[args[i] for i in nums], what=what)
         tape = Tape()
@@ -327,32 +332,44 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
 _FAST_LEAVES = (np.ndarray, np.float64, float)
 
 
-def _fast_value_and_grad(f, argnum, args, kwargs):
-    """value_and_grad for the common call, one float64 ndarray (or float) differentiated and a
-    float64 scalar returned, without the general path's pytree, argnums and output handling:
-    the same steps, each on the one leaf it would have found. None when the call is not of that
-    kind (then the general path runs, and raises where it should)."""
+def _fast_value_and_grad(f, argnums, args, kwargs):
+    """``(value, [gradient per argnum])`` for the common call: float64 ndarrays (or floats)
+    differentiated, each position once, and a float64 scalar returned, without the general
+    path's pytree, argnums and output handling: the same steps, each on the leaves it would
+    have found. None when the call is not of that kind (then the general path runs, and raises
+    where it should)."""
     n = len(args)
-    if not -n <= argnum < n:
-        return None
-    i = argnum % n
-    x = args[i]
-    tx = type(x)
-    if tx not in _FAST_LEAVES or (tx is np.ndarray and x.dtype.type is not np.float64):
-        return None
+    for i in argnums:
+        if not -n <= i < n:
+            return None
+        x = args[i]
+        tx = type(x)
+        if tx not in _FAST_LEAVES or (tx is np.ndarray and x.dtype.type is not np.float64):
+            return None
+    if len(argnums) == 1:
+        nums = (argnums[0] % n,)
+    else:
+        nums = tuple(i % n for i in argnums)
+        if len(set(nums)) != len(nums):
+            return None
     tape = Tape()
+    call = list(args)
+    entry = []
     with gc_paused():
         try:
-            t = tape._new(x, None, None) if tx is np.ndarray else tape.track(x)
-            entry = TrackedArray(t._value, tape, t._node)
-            y = f(*args[:i], t, *args[i + 1:], **kwargs)
+            for i in nums:
+                x = args[i]
+                t = tape._new(x, None, None) if type(x) is np.ndarray else tape.track(x)
+                entry.append(TrackedArray(t._value, tape, t._node))
+                call[i] = t
+            y = f(*call, **kwargs)
             v = y._value if type(y) is TrackedArray else y
             if type(v) is not np.float64 and type(v) is not float:
                 _check_scalar(f, y)
-            g = tape.gradient(y, [entry])[0]
+            gs = tape.gradient(y, entry)
         finally:
             tape.close()
-    return _unwrap_out(y), _as_gradient(g, x)
+    return _unwrap_out(y), [_as_gradient(g, args[i]) for g, i in zip(gs, nums)]
 
 
 def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,

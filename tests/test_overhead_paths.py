@@ -378,3 +378,36 @@ def test_scalar_ops_after_a_write_skip_the_mutating_record(monkeypatch):
     # reads of x / y and the final sums go the general way; exp/cos/sin and the arithmetic on
     # the scalars made after each write do not
     assert np.exp not in calls and np.sin not in calls and np.multiply in calls
+
+
+def _three(a, b, c):
+    return np.sum(np.sin(a) * b) + c * np.sum(a * a)
+
+
+@pytest.mark.parametrize("argnums", [(0,), (0, 1), (2, 0), (-1, -3), (0, 1, 2)])
+def test_tuple_argnums_fast_path_equals_general_path(argnums):
+    rng = np.random.default_rng(4)
+    args = (rng.standard_normal(5), rng.standard_normal(5), 0.7)
+    got = mp.value_and_grad(_three, argnums=argnums)(*args)
+    want = mp.value_and_grad(_three, argnums=list(argnums))(*args)  # a list: general path
+    assert type(got[1]) is tuple and len(got[1]) == len(argnums)
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        assert type(g) is type(w) and np.array_equal(g, w)
+
+
+def test_tuple_argnums_fast_path_declines_what_it_does_not_handle():
+    x = np.arange(3.0)
+    # the same position twice: the general path's answer (each occurrence gets the gradient)
+    got = mp.grad(lambda a: np.sum(a * a), argnums=(0, 0))(x)
+    want = mp.grad(lambda a: np.sum(a * a), argnums=[0, 0])(x)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    with pytest.raises(mp.NonDifferentiableInputError):  # an int argument, as before
+        mp.grad(lambda a, n: np.sum(a) * n, argnums=(0, 1))(x, 3)
+    with pytest.raises(mp.ArgumentError):
+        mp.grad(lambda a: np.sum(a), argnums=(0, 1))(x)
+    g32 = mp.grad(lambda a, b: np.sum(a * b), argnums=(0, 1))(x.astype(np.float32), x)
+    assert g32[0].dtype == np.float32 and g32[1].dtype == np.float64
+    with pytest.raises(mp.OutputTypeError):
+        mp.grad(lambda a, b: a * b, argnums=(0, 1))(x, x)
+    assert np.array_equal(mp.grad(lambda a, b: np.sum(a * b), argnums=(0, 1))(x, x)[0], x)
