@@ -1362,6 +1362,33 @@ class CompilingReplayer(Replayer):
                     cp = None
             if cp is None:
                 plan._not_compiled = True
+                # the kernels take no part of it: generated source still beats stepping
+                # through the plan in Python (the default caches' replay)
+                self.plan = _source_wrapped(plan, self)
+            elif type(cp) is MixedPlan:
+                self.plan = _with_source_runs(cp, _split_leaves(args, nums)[0] or (), self)
             else:
                 self.plan = cp
         return y, grads
+
+
+def _source_wrapped(plan, owner):
+    from .source_replay import _wrapped  # (source_replay imports this module)
+    return _wrapped(plan, owner)
+
+
+def _with_source_runs(mixed, leaves, owner):
+    """``mixed`` with the scalar runs too short for a compiled segment (but long enough for
+    source replay) as generated source segments, wrapped in a SourcePlan; ``mixed`` itself
+    when there is no such run or the generator fails on it. Generated now, not on the first
+    replay, so that a plan it cannot write never costs a replay miss."""
+    from .source_replay import _NOTHING, SourcePlan
+    sp = SourcePlan(mixed)
+    try:
+        how = sp._make(list(leaves))
+    except Exception:  # noqa: BLE001  (a plan the generator does not know: the kernels alone)
+        return mixed
+    if how is _NOTHING:
+        return mixed
+    sp.owner = owner
+    return sp
