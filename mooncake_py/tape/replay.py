@@ -542,7 +542,10 @@ class Plan:
             values[node] = np.float64(leaf) if type(leaf) is float else leaf
         pbs = [None] * self.n
         steps = self.steps
-        if leaves and type(leaves[0]) is _DUAL[0]:
+        if leaves and type(leaves[0]) is _DUAL[0] and (
+                len(leaves) == 1 or all(type(leaf) is _DUAL[0] for leaf in leaves)):
+            # (not with a plain leaf among duals, an argument given no direction: the short
+            # paths take a plain operand for a constant and would drop its cotangent)
             steps = self.dual_steps()
         for step in steps:
             kind = step[0]
@@ -915,7 +918,8 @@ def _split_leaves(args, nums, dual=False):
     """(the tracked leaves in recording order, the other leaves) of ``args``; None for the
     first when a leaf is not of a kind the plan replays. With ``dual`` the tracked leaves
     must be duals of float64 NumPy values and tangents (no nesting: a dual of duals, i.e.
-    a transformation of the cache's call, is recorded every time)."""
+    a transformation of the cache's call, is recorded every time), or plain float64 values
+    (an argument given no direction), each with a marker of its kind among the others."""
     if not dual:  # plain array arguments (the common call): each is its own one leaf
         leaves, consts = [], []
         for i, a in enumerate(args):
@@ -952,7 +956,15 @@ def _split_leaves(args, nums, dual=False):
         for leaf in flatten(a)[0]:
             if i in nums and is_float_leaf(leaf):
                 t = type(leaf)
-                if dual:
+                if dual and t is not _dual_type() and (
+                        t is float or (t in (np.ndarray, np.float64) and
+                                       leaf.dtype == np.float64)):
+                    # a float argument given no direction (v = (v, None)): tracked, but
+                    # plain where the others are duals; the marker among the constants
+                    # guards that kind, so that a call with a dual there (or another type
+                    # or shape) records instead of replaying a plan made for a plain value
+                    consts.append(f"plain float leaf {t.__name__} {np.shape(leaf)}")
+                elif dual:
                     if t is not _dual_type() or not (
                             type(leaf._value) in (np.ndarray, np.float64) and
                             type(leaf._tangent) in (np.ndarray, np.float64) and

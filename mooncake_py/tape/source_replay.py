@@ -1128,9 +1128,12 @@ def _source_for(plan, leaves):
     """What runs ``plan`` with generated source: a :class:`_WholeProgram`, a mixed plan
     with source segments, or None when it has no run of :data:`MIN_RUN` scalar steps."""
     codes = _OPCODES or _OPCODES.update(_c._opcodes()) or _OPCODES
-    if leaves and type(leaves[0]) is _dual_type():
+    if any(type(leaf) is _dual_type() for leaf in leaves):
         # a plan on duals (an HVP cache's): one function when it is all scalar steps, else
-        # Python replay (as compiled.py, mixed dual plans are not split)
+        # Python replay (as compiled.py, mixed dual plans are not split); with a plain
+        # leaf among the duals (an argument given no direction), Python replay too
+        if not all(type(leaf) is _dual_type() for leaf in leaves):
+            return None
         values = [leaf._value for leaf in leaves]
         if plan.ynode is None or not all(
                 type(leaf) is _dual_type() and _c._f64_array(leaf._tangent, np.shape(v))
