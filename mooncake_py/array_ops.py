@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from .dispatch import dispatch, WRAPPER_TYPES
+from .errors import MissingRuleError
 from .rules.shape import astype as _astype
 from .rules.construction import with_constructor_hint
 
@@ -214,6 +215,10 @@ class ArrayOps:
         return dispatch(np.copy, (self,), {"order": order})
 
     def astype(self, dtype, copy=True, **kw):
+        if not copy and kw.get("order", "K") in ("K", "A") and np.dtype(dtype) == self.dtype:
+            # NumPy hands back the array itself here: later writes into it show through,
+            # which a recorded copy would hide (a wrong value and gradient)
+            return self
         return dispatch(_astype, (self, dtype), {})
 
     def conj(self):
@@ -240,6 +245,60 @@ class ArrayOps:
 
     def put(self, indices, values, mode="raise"):
         dispatch(np.put, (self, indices, values, mode), {})
+
+    def partition(self, kth, axis=-1, kind="introselect", order=None):
+        self._mc_setitem(Ellipsis, dispatch(np.partition, (self, kth, axis, kind, order), {}))
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return dispatch(np.diagonal, (self, offset, axis1, axis2), {})
+
+
+class MissingMethodError(MissingRuleError, AttributeError):
+    """An ndarray method or attribute that tracked and dual values do not have. Also an
+    AttributeError, so that ``hasattr`` probes in user code still answer False.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> def f(x):
+        ...     return np.sum(x.view())
+        >>> try:
+        ...     mp.grad(f)(np.ones(2))
+        ... except mp.MissingRuleError as e:
+        ...     print(str(e).split(':')[0])
+        TrackedArray has no 'view' (ndarray.view)
+    """
+
+
+class _Missing:
+    """A class attribute standing for the ndarray method ``name``: reading it on a value
+    raises MissingMethodError with ``advice`` (what to use instead)."""
+
+    def __init__(self, name, advice):
+        self.name, self.advice = name, advice
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        raise MissingMethodError(
+            f"{type(obj).__name__} has no {self.name!r} (ndarray.{self.name}): a value being "
+            f"differentiated ({type(obj).__name__} of dtype {obj.dtype}, shape "
+            f"{tuple(obj.shape)}) reached it, and its derivative cannot follow. "
+            f"{self.advice}")
+
+
+_BYTES = ("reinterprets the array's bytes, which has no derivative; if a constant is meant, "
+          "call it on mp.stop_gradient(x)")
+for _name, _advice in [
+        ("view", "Use the array itself (x), x.reshape(...), x[...] or x.T for a view of the "
+                 f"same dtype; a view with another dtype {_BYTES}."),
+        ("flat", "Read with x.ravel()[i] or x.reshape(-1); write one element with "
+                 "x[np.unravel_index(i, x.shape)] = v."),
+        ("resize", "Make a new array instead: x.reshape(shape) for the same size, np.pad or "
+                   "np.concatenate to grow it, x.ravel()[:n] to shrink it."),
+        ("setflags", "Flags of a differentiated value cannot be set; make a copy (x.copy()) "
+                     "to write into freely, or use mp.stop_gradient(x) for a plain array."),
+        ("byteswap", f"Byte swapping {_BYTES}.")]:
+    setattr(ArrayOps, _name, _Missing(_name, _advice))
 
 
 def _binary(ufunc, reflected=False):
