@@ -202,14 +202,17 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
     be those seen when recording, else ``f`` is recorded afresh (see
     mooncake_py/tape/replay.py for what is replayed and what a replayed function may not do:
     depend on globals, random numbers or side effects). ``replay=False`` records every call.
-    Runs of scalar steps in a replayed plan (``s = s + x[i] * x[i]`` loops) run as generated
-    Python source (mooncake_py/tape/source_replay.py): equal to the recording up to the last
-    bit of transcendental functions (``math.sin`` against NumPy's).
+    The default replay runs the plan's runs of scalar steps (``s = s + x[i] * x[i]`` loops) as
+    generated Python source (mooncake_py/tape/source_replay.py) and its other steps (array
+    ops, BLAS) as direct rule calls: equal to the recording up to the last bit of
+    transcendental functions (``math.sin`` against NumPy's).
 
     ``compile=True`` (experimental) runs a plan made only of float64 scalar steps (``x[i]``,
     ``+ - * /``, unary functions such as ``np.sin``, comparisons branched on) in one numba
-    kernel, compiled once and cached on disk (mooncake_py/tape/compiled.py); other plans
-    replay in Python as usual.
+    kernel, compiled once and cached on disk (mooncake_py/tape/compiled.py); in other plans
+    each run of at least 16 such steps becomes a compiled segment and the rest replays as by
+    default (shorter scalar runs as generated source). A plan the kernels take no part of
+    replays exactly as by default.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -247,7 +250,9 @@ def prepare_pullback_cache(f: Callable[..., Any], *args: Any,
     that recording on the new arguments and cotangent ``ybar`` without running ``f``, under
     the guards of :func:`prepare_gradient_cache` (branches on traced values and the constant
     arguments must be as recorded, else ``f`` is recorded again). Outputs may be arrays,
-    scalars or containers of them. ``replay=False`` records every call.
+    scalars or containers of them. Runs of scalar steps replay as generated Python source,
+    the rest as direct rule calls, as in :func:`prepare_gradient_cache`. ``replay=False``
+    records every call.
 
     Example:
         >>> import numpy as np, mooncake_py as mp

@@ -325,10 +325,15 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
     With ``replay=True`` (the default) the first call records ``f`` on dual numbers and later
     calls re-run that recording's plan on the new duals, under the guards of
     :func:`prepare_gradient_cache` (float64 NumPy arguments only; anything else, and any
-    function the gradient replay refuses, is recorded every call). ``replay=False`` records
-    every call. ``compile=True`` (experimental) runs a plan made only of float64 scalar steps
-    in a numba forward-over-reverse kernel, as :func:`prepare_gradient_cache` does for
-    gradients (mooncake_py/tape/compiled.py); other plans replay in Python as usual.
+    function the gradient replay refuses, is recorded every call). A float argument given no
+    direction (``v = (v, None)``) is replayed too, as a plain leaf (its plan as direct rule
+    calls only). By default the plan's runs of scalar steps run as generated Python source on
+    (value, tangent) pairs (mooncake_py/tape/source_replay.py; one function when the plan is
+    nothing else), its other steps as direct rule calls on the duals.
+    ``replay=False`` records every call. ``compile=True`` (experimental) runs a plan made only
+    of float64 scalar steps in a numba forward-over-reverse kernel, as
+    :func:`prepare_gradient_cache` does for gradients (mooncake_py/tape/compiled.py); any
+    other plan replays exactly as by default (no compiled segments for HVPs).
 
     Example:
         >>> import numpy as np, mooncake_py as mp

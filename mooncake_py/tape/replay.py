@@ -1,4 +1,4 @@
-"""Replay for prepared gradient and pullback caches: record ``f`` once, then re-run a flat plan.
+"""Replay for prepared caches (gradient, pullback, HVP, Hessian): record once, re-run a flat plan.
 
 The first call of :func:`~mooncake_py.value_and_gradient` on a cache records ``f`` on a
 :class:`PlanTape`, which logs, next to the usual nodes, a *plan*: for every recorded op its rule,
@@ -22,7 +22,10 @@ raising on bad input is not the plan failing).
 A pullback cache's plan (:class:`PullbackReplayer`) is the same, with one slot per leaf of
 ``f``'s output (a plain output leaf is returned as recorded: it can depend on the inputs only
 through the guards) and a sweep seeded with the caller's cotangents. Derivative caches run
-these plans forward through the frules (forward_replay.py).
+these plans forward through the frules (forward_replay.py). HVP and Hessian caches use the
+gradient plan recorded on dual numbers (``Replayer(dual=True)``): the same steps called on this
+call's duals, the sweep run on them (forward-over-reverse); an argument given no direction is
+a plain leaf among the duals, its kind guarded.
 
 A plan may write. A write (``y[i, j] = v``, ``y[1:3] = v``, ``y += v``, also through an
 indexing view ``y[i][j] = v`` or a reshape ``y.reshape(-1)[k] = v``) with a basic index (ints,

@@ -1130,8 +1130,8 @@ def _source_for(plan, leaves):
     codes = _OPCODES or _OPCODES.update(_c._opcodes()) or _OPCODES
     if any(type(leaf) is _dual_type() for leaf in leaves):
         # a plan on duals (an HVP cache's): one function when it is all scalar steps, else
-        # Python replay (as compiled.py, mixed dual plans are not split); with a plain
-        # leaf among the duals (an argument given no direction), Python replay too
+        # dual source segments between Python steps. With a plain leaf among the duals (an
+        # argument given no direction) Python replay: the dual segments read duals only
         if not all(type(leaf) is _dual_type() for leaf in leaves):
             return None
         values = [leaf._value for leaf in leaves]
