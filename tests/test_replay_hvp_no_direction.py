@@ -3,6 +3,8 @@ argument is still differentiated (its gradient and its row of H·v come back) bu
 value among duals. The cache must replay it (as a tracked plain leaf whose kind is guarded),
 give what a fresh recording gives, follow a changed value of that argument, and record again
 when the direction is given after all (or taken away)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,18 @@ def test_giving_or_removing_the_direction_records_again_and_stays_right():
     # replays only where the kind of a's leaf is the one its plan was recorded with
     assert replays == [0, 1, 1, 2, 2, 2, 2] or c._replay.disabled
     assert replays[:4] == [0, 1, 1, 2]
+
+
+def test_derivative_cache_with_a_float_leaf_without_tangent_is_unchanged():
+    # (plain leaves among duals are an HVP-cache matter: a derivative cache still runs jvp
+    # for such a call, without counting failed replays or warning)
+    f = lambda p: np.sum(np.sin(p[0]) * p[1])   # noqa: E731
+    x = np.linspace(0, 1, 4)
+    c = mp.prepare_derivative_cache(f, (x, 0.3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(4):
+            y, t = mp.value_and_derivative(c, f, ((x + k, 0.3), (np.ones(4), None)))
+            want = mp.jvp(f, ((x + k, 0.3),), ((np.ones(4), None),))
+            np.testing.assert_allclose((y, t), want, rtol=1e-14)
+    assert not c._replay.disabled and c._replay.failures == 0

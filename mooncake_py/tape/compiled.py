@@ -1351,7 +1351,7 @@ class CompilingReplayer(Replayer):
         plan = self.plan
         if type(plan) is Plan and not getattr(plan, "_not_compiled", False):
             try:
-                cp = compile_plan(plan, _split_leaves(args, nums, self.dual)[0] or (),
+                cp = compile_plan(plan, _split_leaves(args, nums, self.dual, self.dual)[0] or (),
                                   self.dual)
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None

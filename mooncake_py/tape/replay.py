@@ -829,7 +829,7 @@ class Replayer:
             return record_call(f, args, nums, Tape)[:2]
         if self.plan is not None:
             plan = self.plan
-            leaves, consts = _split_leaves(args, nums, self.dual)
+            leaves, consts = _split_leaves(args, nums, self.dual, self.dual)
             if leaves is not None and len(consts) == len(plan.constants) and all(
                     _same(c, s) for c, s in zip(consts, plan.constants)):
                 try:
@@ -854,7 +854,7 @@ class Replayer:
                 return out
         else:
             missed = False
-        before = [_copy(c) for c in _split_leaves(args, nums, self.dual)[1]]
+        before = [_copy(c) for c in _split_leaves(args, nums, self.dual, self.dual)[1]]
         y, grads, tr, tape, yt = record_call(f, args, nums, PlanTape)
         if missed:
             self.failed(f)
@@ -917,12 +917,13 @@ def _gc_paused():
     return _api("gc_paused")()
 
 
-def _split_leaves(args, nums, dual=False):
+def _split_leaves(args, nums, dual=False, plain=False):
     """(the tracked leaves in recording order, the other leaves) of ``args``; None for the
     first when a leaf is not of a kind the plan replays. With ``dual`` the tracked leaves
     must be duals of float64 NumPy values and tangents (no nesting: a dual of duals, i.e.
-    a transformation of the cache's call, is recorded every time), or plain float64 values
-    (an argument given no direction), each with a marker of its kind among the others."""
+    a transformation of the cache's call, is recorded every time), and with ``plain`` also
+    plain float64 values (an argument given no direction: tracked by an HVP cache's plan),
+    each with a marker of its kind among the others."""
     if not dual:  # plain array arguments (the common call): each is its own one leaf
         leaves, consts = [], []
         for i, a in enumerate(args):
@@ -959,7 +960,7 @@ def _split_leaves(args, nums, dual=False):
         for leaf in flatten(a)[0]:
             if i in nums and is_float_leaf(leaf):
                 t = type(leaf)
-                if dual and t is not _dual_type() and (
+                if plain and t is not _dual_type() and (
                         t is float or (t in (np.ndarray, np.float64) and
                                        leaf.dtype == np.float64)):
                     # a float argument given no direction (v = (v, None)): tracked, but
@@ -1027,7 +1028,7 @@ def _plannable(tape, tr, args, nums, before, dual):
         return False  # it became a plain MutatingTape (a write no plan step represents)
     if tape.plan_broken is not None:
         return False
-    leaves, consts = _split_leaves(args, nums, dual)
+    leaves, consts = _split_leaves(args, nums, dual, dual)
     if leaves is None or len(consts) != len(before) or \
             not all(_same(a, b) for a, b in zip(consts, before)):
         return False  # f wrote into a constant argument: a replay would not
