@@ -8,7 +8,7 @@ Example:
 from .errors import (MooncakeError, MissingRuleError, ReverseOverReverseError, OutputTypeError,
                      NonDifferentiableInputError, PreparedCacheSpecError, TrackingLostError,
                      MutationError, RuleError, TangentError, MixedArrayModulesError,
-                     ArgumentError, EscapedValueError)
+                     ArgumentError, EscapedValueError, MissingMethodError)
 from .config import Config
 from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient, composite
 from .tape import Tape, TrackedArray
@@ -62,7 +62,7 @@ __all__ = [
     "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
     "MutationError", "RuleError", "TangentError", "MixedArrayModulesError",
-    "ArgumentError", "EscapedValueError",
+    "ArgumentError", "EscapedValueError", "MissingMethodError",
     # namespaces of wrapped SciPy functions
     "special", "linalg",
 ]

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from .dispatch import dispatch, WRAPPER_TYPES
-from .errors import MissingRuleError
+from .errors import MissingMethodError
 from .rules.shape import astype as _astype
 from .rules.construction import with_constructor_hint
 
@@ -251,22 +251,6 @@ class ArrayOps:
 
     def diagonal(self, offset=0, axis1=0, axis2=1):
         return dispatch(np.diagonal, (self, offset, axis1, axis2), {})
-
-
-class MissingMethodError(MissingRuleError, AttributeError):
-    """An ndarray method or attribute that tracked and dual values do not have. Also an
-    AttributeError, so that ``hasattr`` probes in user code still answer False.
-
-    Example:
-        >>> import numpy as np, mooncake_py as mp
-        >>> def f(x):
-        ...     return np.sum(x.view())
-        >>> try:
-        ...     mp.grad(f)(np.ones(2))
-        ... except mp.MissingRuleError as e:
-        ...     print(str(e).split(':')[0])
-        TrackedArray has no 'view' (ndarray.view)
-    """
 
 
 class _Missing:

@@ -13,6 +13,22 @@ class MissingRuleError(MooncakeError, NotImplementedError):
     """A function reached by a tracked or dual value has no rule for the mode in use."""
 
 
+class MissingMethodError(MissingRuleError, AttributeError):
+    """An ndarray method or attribute that tracked and dual values do not have. Also an
+    AttributeError, so that ``hasattr`` probes in user code still answer False.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> def f(x):
+        ...     return np.sum(x.view())
+        >>> try:
+        ...     mp.grad(f)(np.ones(2))
+        ... except mp.MissingRuleError as e:
+        ...     print(str(e).split(':')[0])
+        TrackedArray has no 'view' (ndarray.view)
+    """
+
+
 class ReverseOverReverseError(MooncakeError):
     """A reverse sweep was itself recorded on an outer tape (reverse-over-reverse)."""
 
