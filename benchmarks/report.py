@@ -60,11 +60,13 @@ def _cell(r, notes):
             text += f" (wrong [{n}])"
         if r.get("partly_compiled"):
             n = notes.ref(f"{r['column']}: the plan runs compiled segments between steps "
-                          "replayed in Python (not counted as compiled in the summary)")
+                          "replayed as generated source or in Python (not counted as compiled in "
+                          "the summary)")
             text += f" (partly compiled [{n}])"
         elif r.get("compiled") is False:
             n = notes.ref(f"{r['column']}: the plan did not run on the compiled kernel (it "
-                          "replayed in Python or recorded; its class is in results.json)")
+                          "replayed as generated source, as the default prepared cache does, or in "
+                          "Python, or recorded; its class is in results.json)")
             text += f" (not compiled [{n}])"
         return text
     if st == "missing":
