@@ -673,15 +673,9 @@ class MutatingTape(Tape):
                         cts[vnode] = gv
                     else:
                         _accumulate(cts, owned, vnode, gv)
-                pb = self._pullbacks[prev]
-                if (pb is None or type(pb) is NoDerivative) and prev not in keep:
-                    return
-                g[key] = 0
-                if cts[prev] is None:
-                    cts[prev] = g
-                    owned.add(prev)
-                else:
-                    _accumulate(cts, owned, prev, g)
+                if self._feeds(prev, keep):
+                    g[key] = 0
+                    self._pass_down(prev, g, cts, owned)
                 return
         elif _split_item is not None and not wn.region and i in owned and i not in keep and \
                 (vnode is None or (wn.vshape == () and wn.vdtype == _F64_DT)) and \
@@ -691,14 +685,8 @@ class MutatingTape(Tape):
             if gv is not None:
                 if vnode is not None:
                     _accumulate(cts, owned, vnode, gv)
-                pb = self._pullbacks[prev]
-                if (pb is None or type(pb) is NoDerivative) and prev not in keep:
-                    return
-                if cts[prev] is None:
-                    cts[prev] = g
-                    owned.add(prev)
-                else:
-                    _accumulate(cts, owned, prev, g)
+                if self._feeds(prev, keep):
+                    self._pass_down(prev, g, cts, owned)
                 return
         if type(g) in _SPARSE:
             g, mine = g.dense(), True
@@ -723,12 +711,23 @@ class MutatingTape(Tape):
                     gv = np.real(gv)
                 gv = gv.astype(vdt)
             _accumulate(cts, owned, vnode, gv)
-        pb = self._pullbacks[prev]
-        if (pb is None or type(pb) is NoDerivative) and prev not in keep:
-            return  # a fresh buffer or a constant: nothing to pass on
+        if not self._feeds(prev, keep):
+            return
         if not mine or not has_buffer(g):  # (0-d arithmetic gives scalars: copy those too)
             g = np.copy(g)
         g[key] = 0
+        self._pass_down(prev, g, cts, owned)
+
+    def _feeds(self, prev, keep):
+        """Whether the state before a write takes a cotangent: not when it is a fresh buffer
+        or a constant (nothing to pass on), unless its cotangent is asked for."""
+        pb = self._pullbacks[prev]
+        return not (pb is None or type(pb) is NoDerivative) or prev in keep
+
+    @staticmethod
+    def _pass_down(prev, g, cts, owned):
+        """``g``, the rest of a write's cotangent (in a buffer the sweep owns), to the state
+        before the write."""
         if cts[prev] is None:
             cts[prev] = g
             owned.add(prev)
