@@ -168,8 +168,46 @@ def _matrix_product_pullback(needs, need, a, b):
 def _matmul_f(primals, tangents, **kw):
     (a, b), (da, db) = primals, tangents
     ta = None if da is None else lane_matmul(da, b, True)
+    if ta is not None and db is not None and not kw and _gemm_accumulate(ta, a, db):
+        return np.matmul(a, b), ta
     tb = None if db is None else lane_matmul(a, db, False)
     return np.matmul(a, b, **kw), _add_products(ta, tb)
+
+
+def _gemm_operand(x):
+    """``(matrix, trans)`` with ``op(matrix) = x`` and a Fortran-ordered matrix, as SciPy's gemm
+    takes it without a copy; None for a matrix that is neither C- nor Fortran-ordered."""
+    if x.flags.f_contiguous:
+        return x, 0
+    if x.flags.c_contiguous:
+        return x.T, 1
+    return None
+
+
+def _gemm_accumulate(ta, a, db):
+    """``ta[0] += a @ db[0]`` in place by one gemm with beta = 1, for a fresh one-lane product
+    ``ta`` and plain float matrices: the tangent's second product lands in the first one's
+    buffer, with neither a second output nor the pass that adds it. False (nothing done) for
+    any other operands."""
+    if type(ta) is not np.ndarray or type(a) is not np.ndarray or type(db) is not np.ndarray \
+            or ta.ndim != 3 or a.ndim != 2 or db.ndim != 3 or ta.shape[0] != 1 \
+            or db.shape[0] != 1 or not ta.flags.c_contiguous or not ta.flags.writeable:
+        return False
+    dt = ta.dtype
+    if dt.char not in "fd" or a.dtype != dt or db.dtype != dt or not ta.size \
+            or ta.shape[1:] != (a.shape[0], db.shape[2]) or a.shape[1] != db.shape[1]:
+        return False
+    # (ta + a db)ᵀ = dbᵀ aᵀ + taᵀ, and taᵀ is the Fortran reading of the C-ordered ta
+    x, y = _gemm_operand(db[0].T), _gemm_operand(a.T)
+    fn = _blas_routine("gemm", dt)
+    if x is None or y is None or fn is None:
+        return False
+    c = ta[0].T
+    with small_blas(a, db, lib="scipy"):
+        r = fn(1.0, x[0], y[0], beta=1.0, c=c, overwrite_c=1, trans_a=x[1], trans_b=y[1])
+    if r is not c and not np.shares_memory(r, c):
+        c[...] = r  # (SciPy copied c after all: keep the result)
+    return True
 
 
 def _add_products(ta, tb):
@@ -1123,7 +1161,8 @@ _BLAS = {}  # (routine, dtype char) -> SciPy's BLAS routine (None: SciPy missing
 
 
 def _blas_routine(name, dt):
-    """SciPy's BLAS routine ``name`` ("trsm", "trsv", "trmm") for float32/float64 ``dt``."""
+    """SciPy's BLAS routine ``name`` ("trsm", "trsv", "trmm", "gemm") for float32/float64
+    ``dt``."""
     key = (name, dt.char)
     fn = _BLAS.get(key, False)
     if fn is False:
