@@ -307,9 +307,14 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
         if fast is not None:
-            r = _fast_value_and_grad(f, fast, args, kwargs)
-            if r is not None:
-                return (r[0], r[1][0]) if single else (r[0], tuple(r[1]))
+            if single:
+                r = _fast_value_and_grad_one(f, argnums, args, kwargs)
+                if r is not None:
+                    return r
+            else:
+                r = _fast_value_and_grad(f, fast, args, kwargs)
+                if r is not None:
+                    return r[0], tuple(r[1])
         nums = _norm_argnums(argnums, len(args), f)
         am.module_of(*[args[i] for i in nums], what=what)
         tape = Tape()
@@ -330,6 +335,32 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
 
 _FAST_LEAVES = (np.ndarray, np.float64, float)
+
+
+def _fast_value_and_grad_one(f, argnum, args, kwargs):
+    """:func:`_fast_value_and_grad` for one int ``argnum``, written out: ``grad(f)(x)`` is the
+    call whose per-call cost matters most (``(value, gradient)`` or None)."""
+    n = len(args)
+    if not -n <= argnum < n:
+        return None
+    i = argnum % n
+    x = args[i]
+    tx = type(x)
+    if tx not in _FAST_LEAVES or (tx is np.ndarray and x.dtype.type is not np.float64):
+        return None
+    tape = Tape()
+    with gc_paused():
+        try:
+            t = tape._new(x, None, None) if tx is np.ndarray else tape.track(x)
+            entry = TrackedArray(t._value, tape, t._node)
+            y = f(*args[:i], t, *args[i + 1:], **kwargs)
+            v = y._value if type(y) is TrackedArray else y
+            if type(v) is not np.float64 and type(v) is not float:
+                _check_scalar(f, y)
+            g = tape.gradient(y, [entry])[0]
+        finally:
+            tape.close()
+    return _unwrap_out(y), _as_gradient(g, x)
 
 
 def _fast_value_and_grad(f, argnums, args, kwargs):
