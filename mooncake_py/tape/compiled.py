@@ -109,20 +109,28 @@ def spell(expr, call, names):
     """
     import ast
 
-    class T(ast.NodeTransformer):
+    class T(_renamer(names)):
         def visit_Call(self, node):
             self.generic_visit(node)
             node.func = ast.parse(call(node.func.id), mode="eval").body
             return node
+    tree = ast.parse(expr, mode="eval")
+    return ast.unparse(ast.fix_missing_locations(T().visit(tree)).body)
 
+
+def _renamer(names):
+    """An ast.NodeTransformer class replacing the table's named constants by their values and
+    the variables in ``names`` by their new names (backends add their own visit_Call)."""
+    import ast
+
+    class Renamer(ast.NodeTransformer):
         def visit_Name(self, node):
             if node.id in CONSTANTS:
                 return ast.Constant(CONSTANTS[node.id])
             if node.id in names:
                 return ast.Name(names[node.id], ast.Load())
             return node
-    tree = ast.parse(expr, mode="eval")
-    return ast.unparse(ast.fix_missing_locations(T().visit(tree)).body)
+    return Renamer
 
 
 def _unary_ops():
@@ -296,7 +304,7 @@ class _ProgramToNumba:
         import ast
         call, names = self.call, self.names
 
-        class T(ast.NodeTransformer):
+        class T(_renamer(names)):
             def visit_Call(self, node):
                 self.generic_visit(node)
                 fn = node.func.id
@@ -307,13 +315,6 @@ class _ProgramToNumba:
                 if fn not in _NB_CALLS:
                     raise ValueError(f"{fn}() is not in the kernel's vocabulary")
                 node.func = ast.parse(call(fn), mode="eval").body
-                return node
-
-            def visit_Name(self, node):
-                if node.id in CONSTANTS:
-                    return ast.Constant(CONSTANTS[node.id])
-                if node.id in names:
-                    return ast.Name(names[node.id], ast.Load())
                 return node
         return T()
 
