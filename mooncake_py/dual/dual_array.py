@@ -327,30 +327,24 @@ def _apply(tag, fn, args, kwargs):
     kept = KEPT[0]
     if kept is not None:
         KEPT[0] = None
-    to = type(out)
-    if to is np.ndarray:
-        if type(tout) is np.ndarray:
-            tout = _paired(out, tout, primals, tangents)
-            # (the common result, a real array and its tangent of one dtype: _wrap's checks
-            # all pass; dtypes of one kind and size are one object)
-            odt = out.dtype
-            if tout.dtype is odt and odt.kind == "f" and not _DEBUG.get().debug_mode:
-                d = DualArray(out, tout, tag)
-                if kept is not None and kept[0] is out:
-                    d._kept = kept
-                return d
-    elif to is _F64 and type(tout) is _F64 and not _DEBUG.get().debug_mode:
+    if type(out) is _F64 and type(tout) is _F64 and not _DEBUG.get().debug_mode:
         return DualArray(out, tout, tag)
-    return _wrap(fn, out, tout, tag)
+    return wrap_result(fn, out, tout, primals, tangents, tag, kept)
 
 
-def wrap_result(fn, out, tout, primals, tangents, tag):
-    """The dual _apply makes of a rule's ``(out, tout)`` for these primals and tangents."""
+def wrap_result(fn, out, tout, primals, tangents, tag, kept=None):
+    """The dual _apply makes of a rule's ``(out, tout)`` for these primals and tangents;
+    ``kept`` (a unary frule's derivative, see KEPT) stays on a fresh float result."""
     if type(out) is np.ndarray and type(tout) is np.ndarray:
         tout = _paired(out, tout, primals, tangents)
+        # (the common result, a real array and its tangent of one dtype: _wrap's checks all
+        # pass; dtypes of one kind and size are one object)
         odt = out.dtype
         if tout.dtype is odt and odt.kind == "f" and not _DEBUG.get().debug_mode:
-            return DualArray(out, tout, tag)
+            d = DualArray(out, tout, tag)
+            if kept is not None and kept[0] is out:
+                d._kept = kept
+            return d
     return _wrap(fn, out, tout, tag)
 
 
