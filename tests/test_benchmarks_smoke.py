@@ -199,3 +199,25 @@ def test_passes_keep_each_cells_lowest_median_and_every_failure():
     assert m[2]["status"] == "error"  # a pass that worked does not hide one that failed
     wrong = dict(grad, median_s=1.0, agrees=False)
     assert merge_passes([[one[1]], [wrong]])[0]["agrees"] is False
+
+
+def test_hvp_floor_hand_code_is_the_derivative_and_runs():
+    """The hand-written gradient and HVP the floor benchmark times are mooncake_py's (a wrong
+    hand formula would make the floor meaningless), and one tiny run reports every cell."""
+    import mooncake_py as mp
+    from benchmarks import hvp_floor
+    from benchmarks.suite import simple_mlp
+
+    args, dirs = hvp_floor.mlp_inputs(np.random.default_rng(3), scale=0.1)
+    f = lambda *a: simple_mlp(np, *a)  # noqa: E731
+    _, g, hv = mp.value_and_hvp(mp.prepare_hvp_cache(f, *args), f, dirs, *args)
+    hg, hhv = hvp_floor.mlp_hvp(args, dirs)
+    for ours, hand in zip(g + hv, hg + hhv):
+        np.testing.assert_allclose(hand, ours, rtol=1e-12, atol=1e-12)
+    for ours, hand in zip(g, hvp_floor.mlp_gradient(*args)):
+        np.testing.assert_allclose(hand, ours, rtol=1e-12, atol=1e-12)
+    lines = []
+    out = hvp_floor.run(budget=0.001, rounds=1, echo=lines.append)
+    assert set(out["simple_mlp"]) == {"hand gradient", "hand HVP", "prepared gradient",
+                                      "prepared HVP"}
+    assert any("hand HVP / hand gradient" in line for line in lines)
