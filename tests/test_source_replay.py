@@ -1,6 +1,7 @@
 """Source replay (mooncake_py/tape/source_replay.py): scalar runs of a replay plan as generated
 Python. Every result is compared with the Python replay (replay.Replayer: bitwise where no
 transcendental function is involved) and with a fresh recording."""
+import os
 import pickle
 import warnings
 
@@ -446,6 +447,43 @@ def test_code_cache_across_processes_and_a_damaged_file(tmp_path, monkeypatch):
     assert sr.TIMES["compiled"] == before["compiled"] + 2
     assert files[0].read_bytes() != data[:-7] + b"garbage"   # ...and written again
     assert sr._read_code(str(files[0])) is not None
+
+
+def test_code_cache_is_evicted_least_recently_used_first(tmp_path, monkeypatch):
+    # every plan ever replayed leaves a file: the directory keeps the most recently used
+    # within $MOONCAKE_PY_SOURCE_CACHE_MB, and a file loaded again counts as used now
+    monkeypatch.setattr(sr, "_cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(sr, "_CODE", {})
+    x = np.linspace(0.5, 2, 25)
+
+    def replay(f):
+        r = sr.SourceReplayer()
+        r.call(f, (x,), (0,))
+        return r.call(f, (x * 2,), (0,))
+    fns = [eval(f"lambda x: _loop(x) * {k}.0", {"_loop": _loop}) for k in range(1, 5)]
+    sizes = []
+    for i, f in enumerate(fns[:3]):
+        replay(f)
+        files = sorted(tmp_path.glob("source_*.marshal"), key=lambda p: p.stat().st_mtime_ns)
+        assert len(files) == i + 1
+        os.utime(files[-1], ns=(10**9 * (i + 1), 10**9 * (i + 1)))  # (distinct ages)
+        sizes.append(files[-1].stat().st_size)
+    oldest = min(tmp_path.glob("source_*.marshal"), key=lambda p: p.stat().st_mtime_ns)
+    sr._CODE.clear()
+    want = replay(fns[0])                    # loaded from disk: now the most recent
+    assert oldest.stat().st_mtime_ns > 3 * 10**9
+    # room for about two files: the fourth plan's file pushes out the least recently used,
+    # which is the second plan's, not the first one's that was just loaded
+    monkeypatch.setenv(sr.CACHE_LIMIT_ENV, str((max(sizes) * 2.5) / (1 << 20)))
+    replay(fns[3])
+    left = sorted(tmp_path.glob("source_*.marshal"))
+    assert len(left) == 2 and oldest in left
+    sr._CODE.clear()
+    _compare(replay(fns[0]), want, True)     # what is left still serves
+    monkeypatch.setenv(sr.CACHE_LIMIT_ENV, "0")
+    assert sr.evict(str(tmp_path)) == 2 and not list(tmp_path.glob("source_*.marshal"))
+    monkeypatch.setenv(sr.CACHE_LIMIT_ENV, "not a number")
+    assert sr.cache_limit_bytes() == 256 << 20
 
 
 def test_hessian_lanes_stay_python_replay(monkeypatch):

@@ -357,7 +357,13 @@ def _read_code(path):
         code = marshal.loads(data[n + 20:])
     except (ValueError, EOFError, TypeError):
         return None
-    return code if type(code) is types.CodeType else None
+    if type(code) is not types.CodeType:
+        return None
+    try:
+        os.utime(path)  # used now: eviction removes the files unused the longest
+    except OSError:
+        pass
+    return code
 
 
 def _write_code(path, code):
@@ -368,7 +374,67 @@ def _write_code(path, code):
             fh.write(_MAGIC + hashlib.sha1(payload).digest() + payload)
         os.replace(tmp, path)  # (atomic: a concurrent reader sees the old file or the new)
     except OSError:
-        pass
+        return
+    evict(os.path.dirname(path))
+
+
+# Bytes of generated-source files the cache directory may hold (every plan a program ever
+# replayed leaves one; a program that builds new functions in a loop would fill the disk).
+CACHE_LIMIT_ENV = "MOONCAKE_PY_SOURCE_CACHE_MB"
+_DEFAULT_LIMIT_MB = 256
+
+
+def cache_limit_bytes():
+    """The byte budget of the generated-source files: ``$MOONCAKE_PY_SOURCE_CACHE_MB``
+    megabytes (default 256; 0 keeps none on disk)."""
+    raw = os.environ.get(CACHE_LIMIT_ENV, "")
+    try:
+        mb = float(raw) if raw.strip() else _DEFAULT_LIMIT_MB
+    except ValueError:
+        mb = _DEFAULT_LIMIT_MB
+    return max(0, int(mb * (1 << 20)))
+
+
+def evict(d, limit=None):
+    """Remove the generated-source files of directory ``d`` least recently used first
+    (modification time, which a load refreshes) until they fit in ``limit`` bytes (default
+    :func:`cache_limit_bytes`); returns how many were removed. Kernel sources and numba's
+    cache are not touched: their number is bounded by the derivative table.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> for i in range(3):
+        ...     with open(os.path.join(d, f"source_{i}.x.marshal"), "wb") as fh:
+        ...         _ = fh.write(b"0" * 100)
+        >>> evict(d, limit=250), sorted(os.listdir(d))
+        (1, ['source_1.x.marshal', 'source_2.x.marshal'])
+    """
+    limit = cache_limit_bytes() if limit is None else limit
+    files = []
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.startswith("source_") and e.name.endswith(".marshal"):
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        continue
+                    files.append((st.st_mtime, e.name, st.st_size))
+    except OSError:
+        return 0
+    total = sum(size for _, _, size in files)
+    removed = 0
+    for _, name, size in sorted(files):
+        if total <= limit:
+            break
+        try:
+            os.remove(os.path.join(d, name))
+        except OSError:
+            continue  # (another process removed it first)
+        total -= size
+        removed += 1
+    return removed
 
 
 def _unpack(node, shape, src):
