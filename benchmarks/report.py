@@ -226,7 +226,27 @@ def _passes_note(passes):
             f"{passes} medians kept (every pass's median is in results.json)")
 
 
-def markdown(machine, config, results, scaling=None):
+def floor_table(floor):
+    """Markdown lines for the HVP/gradient floor (benchmarks/hvp_floor.py), if it ran."""
+    if not floor:
+        return []
+    rows = []
+    for case, t in floor.items():
+        rows.append([case, format_time(t["hand gradient"]), format_time(t["hand HVP"]),
+                     f"{t['hand HVP'] / t['hand gradient']:.2f}",
+                     format_time(t["prepared gradient"]), format_time(t["prepared HVP"]),
+                     f"{t['prepared HVP'] / t['prepared gradient']:.2f}"])
+    return ["## HVP/gradient floor", "",
+            "Hand-written NumPy gradient and HVP (gradient included, no AD) beside mooncake_py's "
+            "prepared caches, timed interleaved in this process (lowest median over the "
+            "rounds). The hand code runs the same matrix products an AD tool must (the gradient's, and "
+            "the HVP's three per product of the gradient), so its ratio is the floor of any "
+            "tool's on this machine.", ""] + \
+        _table(["Case", "hand gradient", "hand HVP", "hand ratio", "prepared gradient",
+                "prepared HVP", "prepared ratio"], rows) + [""]
+
+
+def markdown(machine, config, results, scaling=None, floor=None):
     """The whole report as one Markdown string."""
     notes = _Notes()
     lines = header_lines(machine, config)
@@ -236,16 +256,17 @@ def markdown(machine, config, results, scaling=None):
         lines += primal_table(results, notes)
     lines += compile_table(results, config, notes)
     lines += hessian_table(scaling)
-    lines += summary.markdown(results)
+    lines += floor_table(floor)
+    lines += summary.markdown(results, floor)
     if notes.items:
         lines += ["## Notes", ""] + [f"{i}. {t}" for i, t in enumerate(notes.items, 1)] + [""]
     return "\n".join(lines)
 
 
-def write_json(path, machine, config, results, scaling=None):
+def write_json(path, machine, config, results, scaling=None, floor=None):
     with open(path, "w") as f:
         json.dump({"machine": machine, "config": config, "results": results,
-                   "hessian_scaling": scaling}, f, indent=1, default=str)
+                   "hessian_scaling": scaling, "hvp_floor": floor}, f, indent=1, default=str)
 
 
 def plot(path, results):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import frameworks as fw
-from . import hessian_scaling, report
+from . import hessian_scaling, hvp_floor, report
 from .suite import CASES
 from .timing import machine_info, measure, format_time
 
@@ -48,6 +48,9 @@ def parse_args(argv=None):
     p.add_argument("--hessian-sizes", default=None,
                    help="comma-separated n for the Hessian-scaling section")
     p.add_argument("--no-hessian", action="store_true", help="skip the Hessian-scaling section")
+    p.add_argument("--no-floor", action="store_true",
+                   help="skip the HVP/gradient floor (hand-written NumPy gradient and HVP of "
+                        "the cases benchmarks/hvp_floor.py knows)")
     p.add_argument("--no-plot", action="store_true", help="do not write ratios.png")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1,
@@ -319,6 +322,13 @@ def main(argv=None):
         log("hessian scaling")
         scaling = hessian_scaling.run(opts.hessian_sizes, opts.frameworks,
                                       budget=min(opts.budget, 0.3), seed=opts.seed, log=log)
+    floor = None
+    floor_cases = [c for c in hvp_floor.CASES if c in opts.cases]
+    if floor_cases and not opts.no_floor and "mooncake_py" in opts.frameworks \
+            and {"gradient", "hvp"} <= set(opts.quantities):
+        log("hvp floor")
+        floor = hvp_floor.run(min(opts.budget, 0.3), rounds=max(2, opts.passes),
+                              seed=opts.seed, cases=floor_cases, echo=log)
     versions = {f: fw.version(f) for f in opts.frameworks if f not in missing}
     machine = machine_info(versions)
     config = {"quick": opts.quick, "cases": opts.cases, "frameworks": opts.frameworks,
@@ -329,8 +339,8 @@ def main(argv=None):
               "wall_s": round(time.time() - started, 1)}
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    report.write_json(out / "results.json", machine, config, results, scaling)
-    md = report.markdown(machine, config, results, scaling)
+    report.write_json(out / "results.json", machine, config, results, scaling, floor)
+    md = report.markdown(machine, config, results, scaling, floor)
     (out / "results.md").write_text(md)
     if not opts.no_plot:
         msg = report.plot(out / "ratios.png", results)

@@ -129,8 +129,10 @@ def _compiled_vs_primal(idx, case):
     return _ratio(_best([comp]), _best([idx.get(case, "primal", "NumPy")]))
 
 
-def targets(results):
-    """``[(target, rows counted, rows meeting it, ["case (figure)" for each miss])]``."""
+def targets(results, floor=None):
+    """``[(target, rows counted, rows meeting it, ["case (figure)" for each miss])]``; a miss of
+    the prepared HVP/gradient target also shows the hand-written floor of that case when
+    ``floor`` (benchmarks/hvp_floor.py's figures) has it."""
     idx = _Index(results)
     spec = [
         ("prepared (or compiled, where it compiled) gradient ≤ 10× primal",
@@ -150,15 +152,22 @@ def targets(results):
     out = []
     for name, figure, meets in spec:
         rows = _rows(idx, figure)
-        misses = [f"{case} ({'%.3g×' % v if v is not None else why})"
+        hand = _hand_ratios(floor) if figure is _hvp_over_gradient else {}
+        misses = [f"{case} ({'%.3g×' % v if v is not None else why}"
+                  + (f"; hand-written NumPy {hand[case]:.3g}×" if case in hand else "") + ")"
                   for case, v, why in rows if v is None or not meets(v)]
         out.append((name, len(rows), len(rows) - len(misses), misses))
     return out
 
 
-def markdown(results):
+def _hand_ratios(floor):
+    """``{case: hand HVP / hand gradient}`` from benchmarks/hvp_floor.py's figures."""
+    return {case: t["hand HVP"] / t["hand gradient"] for case, t in (floor or {}).items()}
+
+
+def markdown(results, floor=None):
     """Markdown lines of the summary table (empty when no target has a row)."""
-    rows = [t for t in targets(results) if t[1]]
+    rows = [t for t in targets(results, floor) if t[1]]
     if not rows:
         return []
     lines = ["## Summary: issue 13's targets", "",

@@ -162,6 +162,14 @@ def test_summary_counts_targets_from_medians():
     md = "\n".join(summary.markdown(rs))
     assert "| prepared HVP ≤ 3× prepared gradient | 1 / 2 | b (wrong result) |" in md
     assert "torch eager, hvp" not in md  # a target with no rows is left out
+    # the hand-written floor is shown beside a miss of the HVP/gradient target, nowhere else
+    floor = {"b": {"hand gradient": 1.0, "hand HVP": 3.5}, "a": {"hand gradient": 1.0,
+                                                                "hand HVP": 2.0}}
+    rs[-3] = _rec("b", "hvp", "mooncake_py (prepared)", 48.0)
+    md = "\n".join(summary.markdown(rs, floor))
+    assert "| prepared HVP ≤ 3× prepared gradient | 1 / 2 | b (4×; hand-written NumPy 3.5×) |" \
+        in md
+    assert "a (3.2×) |" in md  # (the compiled row: no floor there)
 
 
 @pytest.mark.parametrize("name", list(suite.CASES))
