@@ -21,6 +21,7 @@ import numpy as np
 from .. import array_module as am
 from ..blas_threads import small as small_blas
 from .registry import rrule, frule, primitive, composite
+from . import cholesky_blas
 from .broadcasting import unbroadcast, shape_of
 from .lanes import align, lane_matmul, nlanes
 
@@ -911,6 +912,11 @@ def _cholesky_cotangent_f(primals, tangents):
     #   Ā̇ = sym((L⁻ᵀ Ṗ - 2 Ā L̇) L⁻¹),  Ṗ = Φ(L̇ᵀ L̄ + Lᵀ L̄̇)
     # two solves and three triangular products for the tangent, no inverse, no L⁻¹ L̇.
     (L, gL), (dL, dg) = primals, tangents
+    if type(L) is np.ndarray and L.ndim == 2:
+        fast = cholesky_blas.cotangent_and_tangent(L, gL, dL, dg,
+                                                   _phi_mask(L.shape[-1], L.dtype, L))
+        if fast is not None:
+            return fast
     s = _cholesky_cotangent_unsym(L, gL, _cholesky_phi(L, _lower_t_times(L, gL)))
     abar = _sym(s)
     dp = None if dL is None else _lane_lower_t_times(dL, gL, True)
@@ -969,6 +975,11 @@ def _cholesky_f(primals, tangents, **kw):
         y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
         tr, sym = _adjoints(y)
         L = tr(y) if upper else y
+        if type(L) is np.ndarray and L.ndim == 2 and tr is _mT:
+            dL = cholesky_blas.factor_tangent(L, tangents[0],
+                                              _phi_mask(L.shape[-1], L.dtype, L))
+            if dL is not None:
+                return y, tr(dL) if upper else dL
         # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ); complex:
         # ᵀ → ᴴ, and Φ's halved diagonal of the Hermitian L⁻¹ Ȧ L⁻ᴴ is real, as L's is.
         solve_l = (lambda r: _solve_nonsingular(L, r, lower=True))
