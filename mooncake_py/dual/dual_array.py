@@ -108,7 +108,12 @@ class DualArray(ArrayOps):
         # Operands that are this tag's duals or plain numbers/arrays: this tag is the innermost
         # transformation, no need for dispatch's search.
         if method == "__call__" and not kwargs and _own_operands(self._tag, inputs):
-            return _apply(self._tag, ufunc, inputs, kwargs)
+            tag = self._tag
+            if not tag._watch and not tag.lanes and len(inputs) <= 2:
+                r = LEAN_OPS[len(inputs) - 1](tag, ufunc, *inputs)
+                if r is not None:
+                    return r
+            return _apply(tag, ufunc, inputs, kwargs)
         return dispatch(ufunc if method == "__call__" else (ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -191,6 +196,15 @@ WRAPPER_TYPES.add(DualArray)
 KEPT = [None]
 KEPT_PULLBACK = [object(), None]
 
+
+def _no_lean(tag, fn, *operands):
+    return None
+
+
+# [unary, binary]: the lean path of a table op's common call (see lean.py, which sets them);
+# each returns the result or None, where the general path runs.
+LEAN_OPS = [_no_lean, _no_lean]
+
 # Operands that are neither wrappers nor containers of them.
 _PLAIN_OPERANDS = frozenset([np.ndarray, float, int, np.float64, np.float32, np.int64])
 
@@ -215,7 +229,12 @@ def _binary_operator(ufunc, reflected):
         t = type(other)
         args = (other, self) if reflected else (self, other)
         if t in _PLAIN_OPERANDS or (t is DualArray and other._tag is self._tag):
-            return _apply(self._tag, ufunc, args, {})
+            tag = self._tag
+            if not tag._watch and not tag.lanes:
+                r = LEAN_OPS[1](tag, ufunc, args[0], args[1])
+                if r is not None:
+                    return r
+            return _apply(tag, ufunc, args, {})
         return dispatch(ufunc, args, {})
     op.__name__ = f"__{'r' if reflected else ''}{ufunc.__name__}__"
     return op
@@ -225,7 +244,18 @@ for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
                    ("truediv", np.true_divide), ("pow", np.power)]:
     setattr(DualArray, f"__{_name}__", _binary_operator(_uf, False))
     setattr(DualArray, f"__r{_name}__", _binary_operator(_uf, True))
-DualArray.__neg__ = lambda self: _apply(self._tag, np.negative, (self,), {})
+
+
+def _neg(self):
+    tag = self._tag
+    if not tag._watch and not tag.lanes:
+        r = LEAN_OPS[0](tag, np.negative, self)
+        if r is not None:
+            return r
+    return _apply(tag, np.negative, (self,), {})
+
+
+DualArray.__neg__ = _neg
 
 
 def _write_tangent(t, key, vt, lanes, p):

@@ -554,11 +554,15 @@ def _constant_inputs(entry, native):
     return checked
 
 
+TABLE_RULES = {}  # ufunc -> the frule registered here (lean.py applies while it still is)
+
+
 @on_new_entries
 def _register(entries):
     for e in entries:
         native = _op_frule(e)
-        FRULES[e.ufunc] = _lane_wrapper(_constant_inputs(e, native) if e.constant else native)
+        FRULES[e.ufunc] = TABLE_RULES[e.ufunc] = _lane_wrapper(
+            _constant_inputs(e, native) if e.constant else native)
         FRULE_LANES.add(e.ufunc)
 FRULES[ew_pullback] = _PB_FRULE = _lane_wrapper(_pullback_native)
 FRULE_LANES.add(ew_pullback)
@@ -566,3 +570,5 @@ KEPT_PULLBACK[:] = [ew_pullback, _kept_pullback]
 
 # |z| of a complex z is not holomorphic: complex inputs take rules.complex's frule (NumPy only).
 FRULES[np.absolute] = _lane_wrapper(abs_frule(FRULES[np.absolute]._mc_native))
+
+from . import lean  # noqa: E402,F401  (sets dual_array.LEAN_OPS)
