@@ -27,6 +27,7 @@ def _kernel(n, noise):
 
 def _general(monkeypatch):
     """Switch the BLAS paths off: the rules then take their general lane-aware path."""
+    monkeypatch.setattr(cb, "cotangent", lambda *a: None)
     monkeypatch.setattr(cb, "cotangent_and_tangent", lambda *a: None)
     monkeypatch.setattr(cb, "factor_tangent", lambda *a: None)
     monkeypatch.setattr(la, "_vector_tangent", lambda *a: None)
@@ -66,6 +67,24 @@ def test_cotangent_tangent_matches_general_path(monkeypatch, dtype, n, k, which)
     _close(y, y0, dtype)
     _close(t, t0, dtype)
     assert t.shape == (k, n, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F", "strided"])
+def test_plain_cotangent_equals_general_path_bitwise(monkeypatch, dtype, order):
+    rng = np.random.default_rng(20)
+    n = 40
+    L = np.linalg.cholesky(_spd(rng, n, dtype))
+    g = rng.standard_normal((n, 2 * n)).astype(dtype)[:, ::2] if order == "strided" else \
+        np.asarray(rng.standard_normal((n, n)).astype(dtype), order=order)
+    L = np.asfortranarray(L) if order == "F" else L
+    assert cb.cotangent(L, g, la._phi_mask(n, dtype, L)) is not None
+    with monkeypatch.context() as m:
+        m.setattr(cb, "cotangent", lambda *a: None)
+        want = la._plain_cholesky_cotangent(L, g)
+    got = la._plain_cholesky_cotangent(L, g)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
 
 
 def test_cotangent_tangent_noncontiguous_and_fortran_operands(monkeypatch):

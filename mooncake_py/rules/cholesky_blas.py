@@ -90,6 +90,11 @@ class _Lower:
         return self.trsm(alpha, self.f, x.T, side=1, lower=0, trans_a=1,
                          overwrite_b=int(mine)).T
 
+    def solve_right(self, x, alpha=1.0):
+        """``alpha x L⁻¹``, Fortran-ordered (as :meth:`solve_right_t`)."""
+        return self.trsm(alpha, self.f, np.asfortranarray(x), side=1, lower=0, trans_a=1,
+                         overwrite_b=1)
+
     def solve_right_t(self, x, alpha=1.0):
         """``alpha x L⁻ᵀ``, Fortran-ordered: x is copied into Fortran order so that the solve
         is right-sided (a transposing copy costs less than OpenBLAS's left-sided trsm)."""
@@ -150,6 +155,31 @@ def _check(L, gL, dL, dg):
     if dL is not None and dg is not None and dL.shape[0] != dg.shape[0]:
         return None
     return dt.char if _routine("trtri", dt.char) is not None else None
+
+
+def cotangent(L, gL, mask):
+    """``Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹)`` (the Cholesky pullback, gradients) for a plain float
+    factor ``L`` and cotangent ``gL`` of one dtype, by trmm and two trsm in owned buffers,
+    ``mask`` as in :func:`cotangent_and_tangent`; None for other operands. The BLAS calls are
+    those of the general path (the same numbers); sym's halving rides on a solve's alpha.
+
+    Example:
+        >>> L = np.linalg.cholesky(np.eye(20) * 4.0)
+        >>> float(cotangent(L, np.eye(20), np.tri(20) - np.eye(20) / 2)[0, 0])
+        0.125
+    """
+    if type(L) is not np.ndarray or L.ndim != 2:
+        return None
+    n, dt = L.shape[0], L.dtype
+    if dt.char not in "fd" or L.shape[1] != n or n < MIN_N or not _plain(gL, n, dt, False) \
+            or _routine("trsm", dt.char) is None:
+        return None
+    with small_blas(L, lib="scipy"):
+        lo = _Lower(L, dt.char)
+        p = lo.t_times(gL)
+        p *= mask
+        s = lo.solve_right(lo.t_solve(p, mine=True), 0.5)
+        return np.add(s, s.T, out=np.empty((n, n), dt))
 
 
 def cotangent_and_tangent(L, gL, dL, dg, mask):

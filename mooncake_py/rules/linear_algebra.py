@@ -855,6 +855,10 @@ def _plain_cholesky_cotangent(L, gL):
         array([[ 0.375, -0.25 ],
                [-0.25 ,  0.5  ]])
     """
+    if type(L) is np.ndarray and L.ndim == 2:
+        fast = cholesky_blas.cotangent(L, gL, _phi_mask(L.shape[-1], L.dtype, L))
+        if fast is not None:
+            return fast
     s = _cholesky_cotangent_unsym(L, gL, _cholesky_phi(L, _lower_t_times(L, gL)))
     if type(s) is np.ndarray and s.ndim == 2 and s.dtype.kind == "f":
         # sym(s) in one temporary (the pullback of a plain gradient: nothing records it)
