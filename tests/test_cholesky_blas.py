@@ -327,3 +327,27 @@ def test_gp_prepared_hvp_replay_equals_fresh_recording():
     for a, b, c in zip(first[2], again[2], fresh):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_vector_pullback_equals_the_column_pullback(trans, lower, dtype):
+    from mooncake_py.rules.registry import RRULES
+    rng = np.random.default_rng(21)
+    n = 30
+    L = np.linalg.cholesky(_spd(rng, n)).astype(dtype)
+    a = L if lower else L.T
+    b, g = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    rule = RRULES[la.solve_triangular]
+    for needs in ((True, True), (True, False), (False, True)):
+        x, pb = rule((a, b), {"lower": lower, "trans": trans}, needs)
+        xc, pbc = rule((a, b[:, None]), {"lower": lower, "trans": trans}, needs)
+        got, want = pb(g), pbc(g[:, None])
+        np.testing.assert_array_equal(x, xc[:, 0])
+        if needs[0]:
+            assert got[0].dtype == dtype
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+        if needs[1]:
+            np.testing.assert_allclose(got[1], want[1][:, 0], rtol=1e-6, atol=1e-6)
+        assert [c is None for c in got] == [c is None for c in want]
