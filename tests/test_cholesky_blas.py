@@ -140,6 +140,20 @@ def test_factor_tangent_matches_general_path(monkeypatch, dtype, upper, k):
     _close(t, t0, dtype)
 
 
+def test_factor_tangent_by_solves_above_the_cache_size(monkeypatch):
+    rng = np.random.default_rng(22)
+    n = 40
+    a = _spd(rng, n)
+    da = rng.standard_normal((2, n, n))
+    by_inverse = FRULES[np.linalg.cholesky]((a,), (da,))[1]
+    monkeypatch.setattr(cb, "CACHE_MAX_SIZE", 0)
+    cb._LAST_INVERSE[0] = None
+    (y, t), (y0, t0) = _both(monkeypatch, lambda: FRULES[np.linalg.cholesky]((a,), (da,)))
+    assert cb._LAST_INVERSE[0] is None
+    _close(t, t0, np.float64)
+    _close(by_inverse, t0, np.float64)
+
+
 def test_factor_tangent_matches_finite_differences():
     rng = np.random.default_rng(6)
     n = 32

@@ -1,12 +1,19 @@
-"""BLAS paths of the Cholesky forward rules for plain float32/float64 NumPy matrices: the
-tangent of the factor (``np.linalg.cholesky`` on duals) and the tangent of the pullback's
-cotangent (``_cholesky_cotangent`` on duals, i.e. the Cholesky part of every HVP).
+"""BLAS paths of the Cholesky rules for plain float32/float64 NumPy matrices: the pullback's
+cotangent (gradients), the tangent of the factor (``np.linalg.cholesky`` on duals) and the
+tangent of the pullback's cotangent (``_cholesky_cotangent`` on duals, i.e. the Cholesky part
+of every HVP).
 
 Both are sequences of triangular products and solves with one factor ``L``. Written through the
 general rules, each step is a lane-aware NumPy expression with its own temporaries, transposed
 copies and symmetrisations; here each step is one BLAS call that writes into a buffer the
 sequence owns (``overwrite_b``), scalings ride on BLAS's ``alpha``, and the few O(n²) passes left
 are the masks and the final symmetrisations.
+
+The tangents multiply by an explicit L⁻¹ (trtri) instead of solving: OpenBLAS's trmm costs
+half a trsm at n ≈ 100-300, and an HVP computes L⁻¹ once, in the factor's tangent, and reuses
+it in its reverse sweep (see ``_LAST_INVERSE``). The triangular inverse is as accurate as the
+solves here, also for kernel matrices of condition ~1e11 (tests/test_cholesky_blas.py). Above
+``CACHE_MAX_SIZE`` entries, where trsm runs as fast as trmm, the tangents solve again.
 
 Layout: every matrix is a C-ordered NumPy array, which BLAS (Fortran) reads as its transpose
 for free, so ``op(T) @ X`` is computed as ``Xᵀ op(T)ᵀ``. Functions return None where their
@@ -147,6 +154,8 @@ def _check(L, gL, dL, dg):
     n, dt = L.shape[0], L.dtype
     if dt.char not in "fd" or L.shape[1] != n or n < MIN_N or not _plain(gL, n, dt, False):
         return None
+    if L.size > CACHE_MAX_SIZE:  # (large: trsm is as fast as trmm, trtri would be extra)
+        return None
     if dL is None and dg is None:
         return None
     if dL is not None and not _plain(dL, n, dt, True) or \
@@ -166,7 +175,7 @@ def cotangent(L, gL, mask):
     Example:
         >>> L = np.linalg.cholesky(np.eye(20) * 4.0)
         >>> float(cotangent(L, np.eye(20), np.tri(20) - np.eye(20) / 2)[0, 0])
-        0.125
+        0.25
     """
     if type(L) is not np.ndarray or L.ndim != 2:
         return None
@@ -198,7 +207,7 @@ def cotangent_and_tangent(L, gL, dL, dg, mask):
         >>> mask = np.tri(20) - np.eye(20) / 2
         >>> abar, t = cotangent_and_tangent(L, np.eye(20), None, np.eye(20)[None], mask)
         >>> float(abar[0, 0]), float(t[0, 0, 0])
-        (0.125, 0.125)
+        (0.25, 0.25)
     """
     char = _check(L, gL, dL, dg)
     if char is None:
@@ -250,14 +259,21 @@ def factor_tangent(L, da, mask):
     if _routine("trtri", char) is None:
         return None
     with small_blas(L, lib="scipy"):
-        inv = _lower_inverse(L, char)
-        if inv is None:
-            return None
-        _remember_inverse(L, inv)
-        lo, li = _Lower(L, char), _Lower(inv, char)
+        lo, li = _Lower(L, char), None
+        if L.size <= CACHE_MAX_SIZE:
+            # by L⁻¹ (trtri + two trmm cost what two trsm do at these sizes), which the
+            # cotangent's tangent of an HVP then reuses
+            inv = _lower_inverse(L, char)
+            if inv is None:
+                return None
+            _remember_inverse(L, inv)
+            li = _Lower(inv, char)
         out = np.empty(da.shape, dt)
         for i in range(da.shape[0]):
-            w = li.right_t_times(li.times(da[i]), 0.5, mine=True)  # ½ L⁻¹ Ȧ L⁻ᵀ
+            if li is not None:
+                w = li.right_t_times(li.times(da[i]), 0.5, mine=True)  # ½ L⁻¹ Ȧ L⁻ᵀ
+            else:
+                w = lo.solve_right_t(lo.solve(da[i]), 0.5)
             z = np.add(w, w.T, out=out[i])
             z *= mask
             r = lo.times(z, mine=True)  # (in place: z is C-ordered, its transpose Fortran)
