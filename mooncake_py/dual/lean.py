@@ -183,61 +183,111 @@ def unary(tag, uf, x):
     return _wrapped(uf, y, ty, a, None, ta, None, tag)
 
 
+def _fresh(y, ty, tangents):
+    """Whether ``wrap_result`` pairs ``(y, ty)`` as they are: a fresh float result and a fresh
+    tangent of its dtype that is no input's tangent (nor the buffer under one), laid out
+    C-first where the result is (``_paired``'s first test and its ``_wrap``'s)."""
+    if type(y) is not _NDARRAY or type(ty) is not _NDARRAY or y.base is not None or \
+            ty.base is not None or ty.dtype is not y.dtype or y.dtype.kind != "f":
+        return False
+    tf = ty.flags
+    if not tf.writeable or not (tf.c_contiguous or not y.flags.c_contiguous):
+        return False
+    for t in tangents:
+        if t is ty or (type(t) is _NDARRAY and t.base is not None and buffer_root(t) is ty):
+            return False
+    return True
+
+
 def _wrapped(uf, y, ty, a, b, ta, tb, tag, kept=None):
-    """The dual ``wrap_result`` makes of ``(y, ty)``: a fresh result with a fresh tangent that
-    is no input's tangent (nor the buffer under one) is paired as it is, laid out C-first;
-    everything else goes through ``wrap_result``."""
+    """The dual ``wrap_result`` makes of ``(y, ty)`` for the operands ``a``, ``b`` (None for a
+    unary op) with tangents ``ta``, ``tb``."""
     if type(y) is _F64 and type(ty) is _F64:
         return DualArray(y, ty, tag)
-    if type(y) is _NDARRAY and type(ty) is _NDARRAY and y.base is None and ty.base is None \
-            and ty is not ta and ty is not tb and ty.dtype is y.dtype \
-            and y.dtype.kind == "f":
-        tf = ty.flags
-        if tf.writeable and (tf.c_contiguous or not y.flags.c_contiguous):
-            for t in (ta, tb):
-                if type(t) is _NDARRAY and t.base is not None and buffer_root(t) is ty:
-                    break
-            else:
-                d = DualArray(y, ty, tag)
-                if kept is not None:
-                    d._kept = kept
-                return d
+    if _fresh(y, ty, (ta, tb)):
+        d = DualArray(y, ty, tag)
+        if kept is not None:
+            d._kept = kept
+        return d
     if b is None:
         return wrap_result(uf, y, ty, [a], [ta], tag, kept)
     return wrap_result(uf, y, ty, [a, b], [ta, tb], tag, kept)
 
 
-# --- the fused kernels, called as _fused_frule and _run call them (without lanes) -----------
-_SCALARS = {(False, False): frozenset(), (True, False): frozenset(["a"]),
-            (False, True): frozenset(["b"]), (True, True): frozenset(["a", "b"])}
-_LEAN_PLANS = {}  # (program, dtype, scalar a, scalar b) -> _LeanPlan
+# --- the fused kernels, called as _run calls them (without lanes) ---------------------------
+_NAMES = ("a", "b", "g")
+_SCALARS = {}  # (scalar a, scalar b, scalar g) -> the frozenset of names _run keys plans by
+for _i in range(8):
+    _key = tuple(bool(_i >> j & 1) for j in range(3))
+    _SCALARS[_key] = frozenset(n for n, sc in zip(_NAMES, _key) if sc)
+_LEAN_PLANS = {}  # (program, dtype, scalar a, scalar b, scalar g) -> _LeanPlan
 
 
 class _LeanPlan:
-    """A ``_Plan`` in positions instead of names: which of (a, b, y) the kernel takes, which
-    tangent (0: ta, 1: tb) and whether as a number, which outputs are tangents."""
-    __slots__ = ("kernel", "inputs", "hoisted", "tangents", "outs", "need_y", "y_out")
+    """A ``_Plan`` in positions instead of names: which of (a, b, y, g) the kernel takes, which
+    tangents of (ta, tb, tg) and whether as numbers, which outputs are tangents."""
+    __slots__ = ("kernel", "inputs", "hoisted", "tangents", "outs", "need_y")
 
     def __init__(self, plan):
-        pos = {"a": 0, "b": 1, "y": 2}
+        pos = {"a": 0, "b": 1, "y": 2, "g": 3}
         self.kernel = plan.kernel
         self.inputs = tuple(pos[n] for n in plan.inputs)
         self.hoisted = tuple(plan.hoisted)
-        self.tangents = tuple((0 if t == "ta" else 1, scalar) for t, scalar in plan.tangents)
+        self.tangents = tuple((pos[t[1:]] if t != "tg" else 2, scalar)
+                              for t, scalar in plan.tangents)
         self.outs = tuple(tangent for _, tangent in plan.outs)
-        names = [name for name, _ in plan.outs]
         self.need_y = plan.need_y
-        self.y_out = names.index("y") if "y" in names else -1
-        if names.count("ty") != 1 or any(n not in ("y", "ty") for n in names):
-            raise ValueError(names)  # (not a frule's kernel: never built by the callers)
+        if self.outs.count(True) != 1 or self.outs.count(False) > 1:
+            raise ValueError(plan.outs)  # (one value and one tangent: all the table's programs)
 
 
-def _lean_plan(prog, dt, sa, sb):
-    key = (prog, dt, sa, sb)
+def _lean_plan(prog, dt, sa, sb, sg):
+    key = (prog, dt, sa, sb, sg)
     lp = _LEAN_PLANS.get(key)
     if lp is None:
-        lp = _LEAN_PLANS[key] = _LeanPlan(ew._plan(prog, dt, _SCALARS[(sa, sb)]))
+        lp = _LEAN_PLANS[key] = _LeanPlan(ew._plan(prog, dt, _SCALARS[(sa, sb, sg)]))
     return lp
+
+
+def _kernel_call(lp, vals, tans, shape, n, dt, y_fn):
+    """``(value or None, tangent)`` from ``lp``'s kernel on the operands ``vals`` = (a, b, y, g)
+    (kernel arguments: flat arrays or numbers) and raw tangents ``tans`` = (ta, tb, tg), or
+    None where ``_run`` returns None. ``y_fn``: computes y where the kernel needs it and
+    ``vals`` lacks it."""
+    targs = []
+    for i, scalar in lp.tangents:
+        t = tans[i]
+        if type(t) is _NDARRAY:
+            if t.dtype != dt or not t.flags.c_contiguous or t.size != (1 if scalar else n):
+                return None
+            targs.append(t.reshape(1) if scalar else t.reshape(1, n))
+        elif scalar and isinstance(t, np.generic) and t.dtype == dt:
+            targs.append(np.full(1, t, dtype=dt))
+        else:
+            return None
+    y_full = None
+    if lp.need_y and vals[2] is None:
+        y_full = y_fn()
+        if type(y_full) is not _NDARRAY or y_full.dtype != dt or y_full.shape != shape:
+            return None
+        vals = (vals[0], vals[1], y_full.reshape(-1), vals[3])
+    args = [n, 1]
+    for i in lp.inputs:
+        args.append(vals[i])
+    fa, fb, fy = vals[0], vals[1], vals[2]
+    for fn, is_scalar in lp.hoisted:
+        h = fn(fa, fb, fy)
+        args.append(dt.type(h) if is_scalar else np.ascontiguousarray(h, dtype=dt))
+    args.extend(targs)
+    outs = [np.empty((1, n) if tangent else n, dtype=dt) for tangent in lp.outs]
+    lp.kernel(*args, *outs)
+    value = y_full
+    for o, tangent in zip(outs, lp.outs):
+        if tangent:
+            tout = o.reshape(shape)
+        elif y_full is None:
+            value = o.reshape(shape)
+    return value, tout
 
 
 def _fused(prog, uf, a, b, ta, tb):
@@ -260,45 +310,158 @@ def _fused(prog, uf, a, b, ta, tb):
         sb = type(fb) is not _NDARRAY
     else:
         fb, sb = None, False
-    lp = _lean_plan(prog, dt, type(fa) is not _NDARRAY, sb)
-    n = math.prod(shape)
-    targs = []
-    for i, scalar in lp.tangents:
-        t = tb if i else ta
-        if type(t) is _NDARRAY:
-            if t.dtype != dt or not t.flags.c_contiguous or t.size != (1 if scalar else n):
+    lp = _lean_plan(prog, dt, type(fa) is not _NDARRAY, sb, False)
+    y_fn = (lambda: uf(a)) if b is None else (lambda: uf(a, b))
+    res = _kernel_call(lp, (fa, fb, None, None), (ta, tb, None), shape, math.prod(shape), dt,
+                       y_fn)
+    if res is None:
+        return None
+    y, ty = res
+    return (y_fn() if y is None else y), ty
+
+
+def _fused_pullback(prog, g, tg, a, ta, b, tb, y):
+    """``(r, tr)`` from ``prog``'s kernel, or None where elementwise's ``_fused_pullback``
+    gives None."""
+    if type(g) is not _NDARRAY or type(y) is not _NDARRAY:
+        return None
+    shape, dt = g.shape, g.dtype
+    if dt not in _FLOATS or y.shape != shape or y.dtype != dt:
+        return None
+    operand = ew._operand
+    fg, fy, fa = operand(g, shape, dt), operand(y, shape, dt), operand(a, shape, dt)
+    if fg is None or fy is None or fa is None:
+        return None
+    if b is not None:
+        fb = operand(b, shape, dt)
+        if fb is None:
+            return None
+        sb = type(fb) is not _NDARRAY
+    else:
+        fb, sb = None, False
+    lp = _lean_plan(prog, dt, type(fa) is not _NDARRAY, sb, type(fg) is not _NDARRAY)
+    return _kernel_call(lp, (fa, fb, fy, fg), (ta, tb, tg), shape, g.size, dt, None)
+
+
+# --- the pullback primitive on duals --------------------------------------------------------
+def pullback(entry, k, g, xs):
+    """``ew_pullback(entry, k, g, *xs)`` for a dual cotangent ``g`` whose tag is open, real and
+    without lanes, the inputs ``xs`` duals of that tag or plain floats, as the dispatch to
+    the primitive's frule computes it; None where that dispatch must run.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> from mooncake_py.rules.derivative_table import TABLE
+        >>> x = mp.dual(np.array([0.0]), np.array([1.0]))
+        >>> g = mp.dual(np.array([2.0]), np.array([0.0]), like=x)
+        >>> mp.tangent(pullback(TABLE["sin"], 0, g, (x, np.sin(x))))  # g·(-sin(x))·ẋ
+        array([0.])
+    """
+    tag = g._tag
+    if tag._watch or tag.lanes or FRULES.get(ew_pullback) is not ew._PB_FRULE or \
+            _DEBUG.get().debug_mode:
+        return None
+    for x in xs:
+        t = type(x)
+        if t is DualArray:
+            if x._tag is not tag:
                 return None
-            targs.append(t.reshape(1) if scalar else t.reshape(1, n))
-        elif scalar and isinstance(t, np.generic) and t.dtype == dt:
-            targs.append(np.full(1, t, dtype=dt))
-        else:
+        elif t not in _PLAIN_OPERANDS:
             return None
-    y_full = fy = None
-    if lp.need_y:
-        y_full = uf(a) if b is None else uf(a, b)
-        if type(y_full) is not _NDARRAY or y_full.dtype != dt or y_full.shape != shape:
+    nin = entry.nin
+    if type(k) is not int or len(xs) != nin + 1 or not 0 <= k < nin:
+        return None
+    if nin == 1 and type(xs[1]) is DualArray and xs[1]._kept is not None:
+        return ew._kept_pullback(tag, (entry, k, g) + tuple(xs))
+    sg = _split(g)
+    if sg is None:
+        return None
+    gp, tg = sg
+    parts = []
+    for x in xs:
+        sx = _split(x)
+        if sx is None:
             return None
-        fy = y_full.reshape(-1)
-    vals = (fa, fb, fy)
-    args = [n, 1]
-    for i in lp.inputs:
-        args.append(vals[i])
-    for fn, is_scalar in lp.hoisted:
-        h = fn(fa, fb, fy)
-        args.append(dt.type(h) if is_scalar else np.ascontiguousarray(h, dtype=dt))
-    args.extend(targs)
-    outs = [np.empty((1, n) if tangent else n, dtype=dt) for tangent in lp.outs]
-    lp.kernel(*args, *outs)
-    ty = None
-    y = y_full
-    for o, tangent in zip(outs, lp.outs):
-        if tangent:
-            ty = o.reshape(shape)
-        elif y_full is None:
-            y = o.reshape(shape)
-    if y is None:
-        y = uf(a) if b is None else uf(a, b)
-    return y, ty
+        parts.append(sx)
+    if nin == 1:
+        (a, ta), (y, ty) = parts
+        b = tb = None
+        present = (tg is not None, ta is not None)
+        const_b = None
+    else:
+        (a, ta), (b, tb), (y, ty) = parts
+        present = (tg is not None, ta is not None, tb is not None)
+        const_b = None if present[2] else ew._exponent(entry, b)
+    key = (id(entry), k, present, const_b)
+    prog = ew._PB_PROGRAMS.get(key)
+    if prog is None or prog.entry is not entry:
+        prog = ew._PB_PROGRAMS[key] = ew.program(entry, "p", k, present, const_b)
+    if not prog.has_tangent:
+        return None
+    dt = ew._result_dtype(gp, y)
+    if (ew.USE_KERNELS and type(gp) is _NDARRAY and gp.size >= ew.KERNEL_MIN_SIZE
+            and prog.fusible and ew._numba()):
+        res = _fused_pullback(prog, gp, tg, a, ta, b, tb, y)
+        if res is not None:
+            return DualArray(res[0], res[1], tag)
+    r, tr = prog.np_fn(a, b, y, gp, ta, tb, tg)
+    if getattr(r, "dtype", None) != dt:
+        r = ew._cast(r, dt)
+    if getattr(tr, "dtype", None) != dt:
+        tr = ew._cast(tr, dt)
+    if type(r) is _F64 and type(tr) is _F64:
+        return DualArray(r, tr, tag)
+    if _fresh(r, tr, (tg, ta, tb, ty)):
+        return DualArray(r, tr, tag)
+    if nin == 1:
+        return wrap_result(ew_pullback, r, tr, [entry, k, gp, a, y], [None, None, tg, ta, ty],
+                           tag)
+    return wrap_result(ew_pullback, r, tr, [entry, k, gp, a, b, y],
+                       [None, None, tg, ta, tb, ty], tag)
 
 
+# --- unbroadcast of a dual cotangent ---------------------------------------------------------
+def unbroadcast(g, axes, shape):
+    """``np.reshape(np.sum(g, axis=axes), shape)`` for a dual ``g`` of an open real tag without
+    lanes, as the dispatch to the sum and reshape frules computes it; None where it must run.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> g = mp.dual(np.ones((2, 3)), np.ones((2, 3)))
+        >>> mp.tangent(unbroadcast(g, (0,), (1, 3)))
+        array([[2., 2., 2.]])
+    """
+    tag = g._tag
+    if tag._watch or tag.lanes or _DEBUG.get().debug_mode or \
+            FRULES.get(np.sum) is not _SUM_RULE or FRULES.get(np.reshape) is not _RESHAPE_RULE:
+        return None
+    p, t = g._value, g._tangent
+    if type(p) is not _NDARRAY or type(t) is not _NDARRAY:
+        return None
+    sp = _add_reduce(p, axis=axes, keepdims=False)
+    st = _add_reduce(t, axis=axes, keepdims=False)
+    if type(sp) is not _NDARRAY or type(st) is not _NDARRAY:
+        if type(sp) in _DUAL_SCALARS and type(st) is type(sp):
+            # (every axis: the sum's dual is made as _apply makes it; its reshape to a shape
+            # of ones is the reshape frule's)
+            return np.reshape(DualArray(sp, st, tag), shape)
+        return None
+    if sp.base is not None or st.base is not None or sp.dtype is not st.dtype or \
+            sp.dtype.kind != "f":
+        return None
+    rp, rt = np.reshape(sp, shape), np.reshape(st, shape)
+    if rp.base is not sp or rt.base is not st:
+        return None
+    return DualArray(rp, rt, tag)
+
+
+from ..rules.elementwise import ew_pullback, PULLBACK_SHORT  # noqa: E402
+from ..rules.broadcasting import UNBROADCAST_SHORT  # noqa: E402
+
+_PLAIN_OPERANDS = frozenset([_NDARRAY, float, int, np.float64, np.float32, np.int64])
+_add_reduce = np.add.reduce
+_SUM_RULE = FRULES[np.sum]
+_RESHAPE_RULE = FRULES[np.reshape]
 LEAN_OPS[:] = [unary, binary]
+PULLBACK_SHORT[DualArray] = pullback
+UNBROADCAST_SHORT[DualArray] = unbroadcast

@@ -86,6 +86,12 @@ _SHORT = {(np.power, 0): _square_pullback,
           (np.minimum, 1): _extremum_pullback(False, False)}
 
 
+# A wrapper type's short form of ew_pullback, ``(entry, k, g, xs) -> result or None`` (None:
+# the primitive's dispatch runs), keyed by the cotangent's type and set by the layer that owns
+# the type (the dual layer, for the pullbacks a Hessian-vector product runs on duals).
+PULLBACK_SHORT = {}
+
+
 def _partial(entry, k):
     """``(g, *xs) -> cotangent`` for input ``k``, short-circuiting the constant derivatives."""
     d = entry.d1[k]
@@ -93,7 +99,16 @@ def _partial(entry, k):
         return lambda g, *xs: g
     if d == "-1":
         return lambda g, *xs: -g
-    return lambda g, *xs: ew_pullback(entry, k, g, *xs)
+
+    def part(g, *xs):
+        if type(g) is not np.ndarray:  # (the plain reverse path pays one type test)
+            short = PULLBACK_SHORT.get(type(g))
+            if short is not None:
+                r = short(entry, k, g, xs)
+                if r is not None:
+                    return r
+        return ew_pullback(entry, k, g, *xs)
+    return part
 
 
 # Python's operators reach the same NumPy loops, but skip the ufunc call overhead (~0.4 µs) on
