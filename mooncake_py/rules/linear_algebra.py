@@ -1262,7 +1262,8 @@ def _neg_masked_outer(u, v, mask):
                [-6., -8.]])
     """
     if type(u) is np.ndarray and type(v) is np.ndarray and u.ndim == 2 and u.shape == v.shape \
-            and u.dtype == v.dtype and u.dtype.kind == "f" and u.shape[0] >= _TRMM_MIN_N:
+            and u.shape[1] == 1 and u.dtype == v.dtype and u.dtype.kind == "f" \
+            and u.shape[0] >= _TRMM_MIN_N:
         # one product with inner dimension 2 and a zero second term: exact (but for the sign
         # of a zero) and ~2x faster than broadcasting, which NumPy's matmul with inner
         # dimension 1 is ~3x slower than
