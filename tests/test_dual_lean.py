@@ -32,8 +32,9 @@ def sizes(request, monkeypatch):
 def _general(fn):
     """``fn()`` with the lean path switched off."""
     saved = (list(dual_array.LEAN_OPS), dict(rew.PULLBACK_SHORT),
-             dict(broadcasting.UNBROADCAST_SHORT))
+             dict(broadcasting.UNBROADCAST_SHORT), list(dual_array._GETITEM_RULE))
     dual_array.LEAN_OPS[:] = [dual_array._no_lean, dual_array._no_lean]
+    dual_array._GETITEM_RULE[:] = [object()]
     rew.PULLBACK_SHORT.clear()
     broadcasting.UNBROADCAST_SHORT.clear()
     try:
@@ -42,6 +43,7 @@ def _general(fn):
         dual_array.LEAN_OPS[:] = saved[0]
         rew.PULLBACK_SHORT.update(saved[1])
         broadcasting.UNBROADCAST_SHORT.update(saved[2])
+        dual_array._GETITEM_RULE[:] = saved[3]
 
 
 def _same_array(x, y):
@@ -55,6 +57,7 @@ def _same_array(x, y):
             assert x.flags.writeable == y.flags.writeable
             assert x.flags.c_contiguous == y.flags.c_contiguous
             assert (x.base is None) == (y.base is None)
+            assert x.strides == y.strides
     else:
         assert x == y
 
@@ -190,6 +193,38 @@ def test_unary_non_contiguous(layout, sizes):
     tag = Tag(0)
     _check(lambda: (np.exp, (_dual((5, 6), tag, layout=layout),)))
     _check(lambda: (np.sin, (_dual((5, 6), tag, layout=layout),)))
+
+
+@pytest.mark.parametrize("key", [0, -1, slice(1, 3), (slice(None), None), (None, slice(None)),
+                                 (1, 2), (Ellipsis, 0), Ellipsis, (), (0, Ellipsis),
+                                 (slice(None, None, 2), 1), (None, 0, None)])
+@pytest.mark.parametrize("shape", [(4, 5), (6,), ()])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_getitem(key, shape, layout):
+    tag = Tag(0)
+
+    def make():
+        d = _dual(shape, tag, layout=layout if shape else "C")
+        return (lambda x: x[key]), (d,)
+    try:
+        got = _general(lambda: make()[0](make()[1][0]))
+    except IndexError:
+        with pytest.raises(IndexError):
+            make()[0](make()[1][0])
+        return
+    assert type(got) is DualArray
+    _check(make)
+
+
+def test_getitem_other_keys_and_writes():
+    tag = Tag(0)
+    d = _dual((4, 5), tag)
+    for key in ([0, 2], np.array([1, 3]), d._value > 1.0, (np.int64(1), slice(None)), True):
+        _same(d[key], _general(lambda: d[key]))
+    v = d[1:3]
+    v[0] = DualArray(np.zeros(5), np.full(5, 7.0), tag)  # a view's write shows in both
+    np.testing.assert_array_equal(d._tangent[1], np.full(5, 7.0))
+    np.testing.assert_array_equal(d._value[1], np.zeros(5))
 
 
 def test_views_and_writes_stay_separate():

@@ -12,6 +12,8 @@ direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangen
 ``(k,) + primal.shape``).
 """
 
+import operator
+
 import numpy as np
 
 from ..array_ops import (ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost,
@@ -121,6 +123,26 @@ class DualArray(ArrayOps):
             return _like(self, func, args, kwargs)
         return dispatch(func, args, kwargs)
 
+    def __getitem__(self, key):
+        # A basic index (ints, slices, None, ...) of a NumPy dual without lanes: the same view
+        # of primal and tangent, which is what the getitem frule and _paired make of it.
+        tag = self._tag
+        if not tag._watch and not tag.lanes and _basic_key(key):
+            p, t = self._value, self._tangent
+            if type(p) is np.ndarray and type(t) is np.ndarray and \
+                    FRULES.get(_getitem) is _GETITEM_RULE[0] and not _DEBUG.get().debug_mode:
+                out = p[key]
+                tout = t[key]
+                to = type(out)
+                if to is np.ndarray:
+                    # (a 0-d view gets a scalar tangent from the frule: that one is general)
+                    if out.ndim and type(tout) is np.ndarray and out.base is not None \
+                            and tout.dtype is out.dtype and out.dtype.kind == "f":
+                        return DualArray(out, tout, tag)
+                elif to is _F64 and type(tout) is _F64:
+                    return DualArray(out, tout, tag)
+        return dispatch(_getitem, (self, key), {})
+
     def _mc_setitem(self, key, value):
         """``self[key] = value`` in place: the primal as NumPy writes it, the tangent likewise
         (the value's tangent, or zero for a constant), so views of either see the write."""
@@ -207,6 +229,21 @@ LEAN_OPS = [_no_lean, _no_lean]
 
 # Operands that are neither wrappers nor containers of them.
 _PLAIN_OPERANDS = frozenset([np.ndarray, float, int, np.float64, np.float32, np.int64])
+
+
+_BASIC_KEYS = frozenset([int, slice, type(None), type(Ellipsis)])
+_getitem = operator.getitem
+_GETITEM_RULE = [FRULES.get(_getitem)]  # (the frule the short path above stands in for)
+
+
+def _basic_key(key):
+    t = type(key)
+    if t is tuple:
+        for k in key:
+            if type(k) not in _BASIC_KEYS:
+                return False
+        return True
+    return t in _BASIC_KEYS
 
 
 def _own_operands(tag, operands):

@@ -30,7 +30,8 @@ from .dual_array import DualArray, LEAN_OPS, wrap_result
 _NDARRAY = np.ndarray
 _F64 = np.float64
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
-_DUAL_SCALARS = (np.float64, np.float32)
+_F64DT, _F32DT = _FLOATS  # (dtypes of builtin types are singletons: tested by identity)
+_DUAL_SCALARS = frozenset([np.float64, np.float32])
 _PLAIN_SCALARS = frozenset([float, int, np.float64, np.float32, np.int64])
 _ONE, _FIRST, _SECOND, _BOTH = (True,), (True, False), (False, True), (True, True)
 
@@ -39,19 +40,22 @@ class _Op:
     """One table op as the lean path needs it: its entry, the frule registered for it (the
     lean path applies only while that is still the registered one), its programs by
     ``(present, const_b)`` and, for a unary op, the derivative-reusing programs."""
-    __slots__ = ("entry", "uf", "rule", "progs", "reuse", "power")
+    __slots__ = ("entry", "uf", "rule", "progs", "reuse", "power", "first", "second", "both")
 
     def __init__(self, entry, rule):
         self.entry, self.uf, self.rule = entry, entry.ufunc, rule
         self.progs = {}
         self.reuse = None
         self.power = entry.name in ew._POWERS
+        self.first = self.second = self.both = None  # (the programs without a constant b)
 
     def program(self, present, const_b):
         p = self.progs.get((present, const_b))
         if p is None:
             p = self.progs[(present, const_b)] = ew.program(self.entry, "f", 0, present,
                                                             const_b)
+            if const_b is None and len(present) == 2:
+                setattr(self, {_FIRST: "first", _SECOND: "second", _BOTH: "both"}[present], p)
         return p
 
 
@@ -102,20 +106,50 @@ def binary(tag, uf, x, z):
     op = _OPS.get(uf)
     if op is None or FRULES.get(uf) is not op.rule or _DEBUG.get().debug_mode:
         return None
-    sx = _split(x)
-    if sx is None:
-        return None
-    sz = _split(z)
-    if sz is None:
-        return None
-    a, ta = sx
-    b, tb = sz
-    if tb is None:
+    # (_split, written out: this is the path's hottest part)
+    if type(x) is DualArray:
+        a, ta = x._value, x._tangent
+        if type(a) is _NDARRAY:
+            dt = a.dtype
+            if (dt is not _F64DT and dt is not _F32DT) or type(ta) is not _NDARRAY:
+                return None
+        elif type(a) not in _DUAL_SCALARS or type(ta) not in _DUAL_SCALARS:
+            return None
+    else:
+        a, ta = x, None
+        if type(a) is _NDARRAY:
+            dt = a.dtype
+            if dt is not _F64DT and dt is not _F32DT:
+                return None
+        elif type(a) not in _PLAIN_SCALARS:
+            return None
+    if type(z) is DualArray:
+        b, tb = z._value, z._tangent
+        if type(b) is _NDARRAY:
+            dt = b.dtype
+            if (dt is not _F64DT and dt is not _F32DT) or type(tb) is not _NDARRAY:
+                return None
+        elif type(b) not in _DUAL_SCALARS or type(tb) not in _DUAL_SCALARS:
+            return None
+        prog = op.both if ta is not None else op.second
+        if prog is None:
+            prog = op.program(_BOTH if ta is not None else _SECOND, None)
+    else:
+        b, tb = z, None
+        if type(b) is _NDARRAY:
+            dt = b.dtype
+            if dt is not _F64DT and dt is not _F32DT:
+                return None
+        elif type(b) not in _PLAIN_SCALARS:
+            return None
         if ta is None:
             return None
-        prog = op.program(_FIRST, ew._exponent(op.entry, b) if op.power else None)
-    else:
-        prog = op.program(_BOTH if ta is not None else _SECOND, None)
+        if op.power:
+            prog = op.program(_FIRST, ew._exponent(op.entry, b))
+        else:
+            prog = op.first
+            if prog is None:
+                prog = op.program(_FIRST, None)
     if not prog.has_tangent:
         return None
     kmin = ew.KERNEL_MIN_SIZE
@@ -127,12 +161,25 @@ def binary(tag, uf, x, z):
     y = uf(a, b)
     ty, = prog.np_fn(a, b, y, None, ta, tb, None)
     dt = y.dtype
-    if getattr(ty, "dtype", None) != dt:
+    tdt = getattr(ty, "dtype", None)
+    if tdt is not dt and tdt != dt:
         ty = ew._cast(ty, dt)
     # (only the smaller operand moved, c - x with c a matrix: widen its tangent, as native does)
-    if getattr(ty, "shape", None) != y.shape:
-        ty = np.broadcast_to(ty, y.shape).copy()
-    return _wrapped(uf, y, ty, a, b, ta, tb, tag)
+    shape = y.shape
+    if getattr(ty, "shape", None) != shape:
+        ty = np.broadcast_to(ty, shape).copy()
+    if type(y) is _NDARRAY:
+        # (_fresh, written out)
+        if type(ty) is _NDARRAY and y.base is None and ty.base is None and ty.dtype is dt \
+                and ty is not ta and ty is not tb and dt.kind == "f":
+            tf = ty.flags
+            if tf.writeable and (tf.c_contiguous or not y.flags.c_contiguous) and \
+                    (ta is None or ta.base is None or buffer_root(ta) is not ty) and \
+                    (type(tb) is not _NDARRAY or tb.base is None or buffer_root(tb) is not ty):
+                return DualArray(y, ty, tag)
+    elif type(y) is _F64 and type(ty) is _F64:
+        return DualArray(y, ty, tag)
+    return wrap_result(uf, y, ty, [a, b], [ta, tb], tag)
 
 
 def unary(tag, uf, x):
@@ -249,11 +296,11 @@ def _lean_plan(prog, dt, sa, sb, sg):
     return lp
 
 
-def _kernel_call(lp, vals, tans, shape, n, dt, y_fn):
+def _kernel_call(lp, vals, tans, shape, n, dt, uf, a, b):
     """``(value or None, tangent)`` from ``lp``'s kernel on the operands ``vals`` = (a, b, y, g)
     (kernel arguments: flat arrays or numbers) and raw tangents ``tans`` = (ta, tb, tg), or
-    None where ``_run`` returns None. ``y_fn``: computes y where the kernel needs it and
-    ``vals`` lacks it."""
+    None where ``_run`` returns None. Where the kernel needs y and ``vals`` lacks it, y is
+    ``uf(a)`` (``b`` None) or ``uf(a, b)``."""
     targs = []
     for i, scalar in lp.tangents:
         t = tans[i]
@@ -267,7 +314,7 @@ def _kernel_call(lp, vals, tans, shape, n, dt, y_fn):
             return None
     y_full = None
     if lp.need_y and vals[2] is None:
-        y_full = y_fn()
+        y_full = uf(a) if b is None else uf(a, b)
         if type(y_full) is not _NDARRAY or y_full.dtype != dt or y_full.shape != shape:
             return None
         vals = (vals[0], vals[1], y_full.reshape(-1), vals[3])
@@ -311,13 +358,14 @@ def _fused(prog, uf, a, b, ta, tb):
     else:
         fb, sb = None, False
     lp = _lean_plan(prog, dt, type(fa) is not _NDARRAY, sb, False)
-    y_fn = (lambda: uf(a)) if b is None else (lambda: uf(a, b))
     res = _kernel_call(lp, (fa, fb, None, None), (ta, tb, None), shape, math.prod(shape), dt,
-                       y_fn)
+                       uf, a, b)
     if res is None:
         return None
     y, ty = res
-    return (y_fn() if y is None else y), ty
+    if y is None:
+        y = uf(a) if b is None else uf(a, b)
+    return y, ty
 
 
 def _fused_pullback(prog, g, tg, a, ta, b, tb, y):
@@ -340,7 +388,8 @@ def _fused_pullback(prog, g, tg, a, ta, b, tb, y):
     else:
         fb, sb = None, False
     lp = _lean_plan(prog, dt, type(fa) is not _NDARRAY, sb, type(fg) is not _NDARRAY)
-    return _kernel_call(lp, (fa, fb, fy, fg), (ta, tb, tg), shape, g.size, dt, None)
+    return _kernel_call(lp, (fa, fb, fy, fg), (ta, tb, tg), shape, g.size, dt, None, None,
+                        None)
 
 
 # --- the pullback primitive on duals --------------------------------------------------------
