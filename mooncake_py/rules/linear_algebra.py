@@ -914,7 +914,8 @@ def _cholesky_cotangent_f(primals, tangents):
     # With P = Φ(Lᵀ L̄), S = L⁻ᵀ P L⁻¹ and Ā = sym(S):
     #   Ṡ = L⁻ᵀ Ṗ L⁻¹ - NᵀS - SN with N = L̇ L⁻¹, and sym(NᵀS + SN) = 2 sym(Ā N), so
     #   Ā̇ = sym((L⁻ᵀ Ṗ - 2 Ā L̇) L⁻¹),  Ṗ = Φ(L̇ᵀ L̄ + Lᵀ L̄̇)
-    # two solves and three triangular products for the tangent, no inverse, no L⁻¹ L̇.
+    # two solves and three triangular products for the tangent, no inverse, no L⁻¹ L̇ (plain
+    # float matrices: the same sequence by BLAS with an explicit L⁻¹, see cholesky_blas).
     (L, gL), (dL, dg) = primals, tangents
     if type(L) is np.ndarray and L.ndim == 2:
         fast = cholesky_blas.cotangent_and_tangent(L, gL, dL, dg,
