@@ -57,12 +57,11 @@ def _plain(x, n, dt, lanes):
 class _Lower:
     """BLAS products and solves with one lower-triangular ``L`` (its upper triangle is not
     read), for C-ordered right-hand sides; results are C-ordered unless said otherwise."""
-    __slots__ = ("f", "trmm", "trsm", "n")
+    __slots__ = ("f", "trmm", "trsm")
 
     def __init__(self, L, char):
         self.f = np.ascontiguousarray(L).T  # the Fortran matrix Lᵀ: upper triangular
         self.trmm, self.trsm = _routine("trmm", char), _routine("trsm", char)
-        self.n = L.shape[0]
 
     def t_times(self, x, alpha=1.0, mine=False):
         """``alpha Lᵀ x``; ``mine``: x is a fresh C-ordered buffer the result may overwrite."""
@@ -98,13 +97,15 @@ class _Lower:
                          overwrite_b=int(mine)).T
 
     def solve_right(self, x, alpha=1.0):
-        """``alpha x L⁻¹``, Fortran-ordered (as :meth:`solve_right_t`)."""
+        """``alpha x L⁻¹``, Fortran-ordered (as :meth:`solve_right_t`; a Fortran-ordered ``x``
+        is overwritten)."""
         return self.trsm(alpha, self.f, np.asfortranarray(x), side=1, lower=0, trans_a=1,
                          overwrite_b=1)
 
     def solve_right_t(self, x, alpha=1.0):
         """``alpha x L⁻ᵀ``, Fortran-ordered: x is copied into Fortran order so that the solve
-        is right-sided (a transposing copy costs less than OpenBLAS's left-sided trsm)."""
+        is right-sided (a transposing copy costs less than OpenBLAS's left-sided trsm); a
+        Fortran-ordered ``x`` is overwritten."""
         return self.trsm(alpha, self.f, np.asfortranarray(x), side=1, lower=0, trans_a=0,
                          overwrite_b=1)
 
