@@ -365,3 +365,25 @@ def test_vector_pullback_equals_the_column_pullback(trans, lower, dtype):
         if needs[1]:
             np.testing.assert_allclose(got[1], want[1][:, 0], rtol=1e-6, atol=1e-6)
         assert [c is None for c in got] == [c is None for c in want]
+
+
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("lower", [True, False])
+def test_vector_solve_hvp_equals_the_column_solve_hvp(trans, lower):
+    rng = np.random.default_rng(23)
+    n = 24
+    m = np.tril(rng.standard_normal((n, n))) + 4 * np.eye(n)
+    m = m if lower else np.ascontiguousarray(m.T)
+    b = rng.standard_normal(n)
+    vs = (rng.standard_normal((n, n)), rng.standard_normal(n))
+
+    def vec(a, b):
+        return np.sum(mp.linalg.solve_triangular(a, b, lower=lower, trans=trans) ** 3)
+
+    def col(a, b):
+        return np.sum(mp.linalg.solve_triangular(a, b[:, None], lower=lower, trans=trans) ** 3)
+
+    got = mp.hvp(vec, argnums=(0, 1))(m, b, vs)
+    want = mp.hvp(col, argnums=(0, 1))(m, b, vs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12 * np.abs(w).max())

@@ -1409,14 +1409,14 @@ def _solve_triangular_rrule(primal):
             return _solve_nonsingular(a, gm, trans=2 - t, **opts)
 
         def pullback(g):  # (the tape takes the real part for a real T or b: rules/complex.py)
-            if type(g) is np.ndarray and g.ndim == 1 and type(x) is np.ndarray and \
-                    x.ndim == 1 and type(a) is np.ndarray and a.ndim == 2 and not cplx:
-                # one plain vector right-hand side (gradients): no promotion to columns and
-                # back, nothing to unbroadcast
+            sx = shape_of(x)
+            if len(sx) == 1 and len(shape_of(g)) == 1 and len(shape_of(a)) == 2 and not cplx:
+                # one vector right-hand side and one matrix (plain, or dual in HVPs): no
+                # promotion to columns and back, nothing to unbroadcast
                 need = _need2(needs)
                 bbar = solve_t(g)
-                n = x.shape[0]
-                return _pad(needs, a_cotangent(bbar.reshape(n, 1), x.reshape(n, 1))
+                col = sx + (1,)
+                return _pad(needs, a_cotangent(np.reshape(bbar, col), np.reshape(x, col))
                             if need[0] else None, bbar if need[1] else None)
             return _pad(needs, *_solve_pullback(needs, g, a, b, x, solve_t, a_cotangent))
         return x, pullback
