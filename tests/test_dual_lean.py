@@ -85,6 +85,10 @@ def _same(x, y, inputs_x=(), inputs_y=()):
 def _dual(shape, tag, dtype=np.float64, layout="C"):
     if shape == "scalar":
         return DualArray(dtype(RNG.uniform(0.5, 1.5)), dtype(RNG.standard_normal()), tag)
+    if shape == "scalar, 0-d tangent":  # (as an HVP seeds a float argument)
+        return DualArray(dtype(RNG.uniform(0.5, 1.5)), np.array(RNG.standard_normal(), dtype), tag)
+    if shape == "0-d, scalar tangent":
+        return DualArray(np.array(RNG.uniform(0.5, 1.5), dtype), dtype(RNG.standard_normal()), tag)
     p = RNG.uniform(0.5, 1.5, shape).astype(dtype)
     t = RNG.standard_normal(shape).astype(dtype)
     if layout == "F":
@@ -129,7 +133,10 @@ OPERATORS = {np.add: lambda a, b: a + b, np.subtract: lambda a, b: a - b,
 @pytest.mark.parametrize("uf", BINARY)
 @pytest.mark.parametrize("shapes", [((3,), (3,)), ((40, 30), (40, 30)), ((4, 1), (1, 5)),
                                     ((2, 3), (3,)), ((), ()), ("scalar", "scalar"),
-                                    ((3,), "scalar"), ((), (4,))])
+                                    ((3,), "scalar"), ((), (4,)),
+                                    ("scalar, 0-d tangent", (40, 30)),
+                                    ((3,), "0-d, scalar tangent"),
+                                    ("scalar, 0-d tangent", "0-d, scalar tangent")])
 def test_binary_dual_dual(uf, shapes, sizes):
     tag = Tag(0)
 
@@ -176,7 +183,8 @@ def test_non_contiguous(uf, layout, sizes):
 
 @pytest.mark.parametrize("name", ["exp", "sin", "log", "tanh", "sqrt", "negative", "square",
                                   "arctan", "log1p", "absolute", "cos", "reciprocal"])
-@pytest.mark.parametrize("shape", [(3,), (20, 30), (), "scalar"])
+@pytest.mark.parametrize("shape", [(3,), (20, 30), (), "scalar", "scalar, 0-d tangent",
+                                   "0-d, scalar tangent"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_unary(name, shape, dtype, sizes):
     tag = Tag(0)
@@ -364,6 +372,9 @@ def test_pullback_plain_cotangent_and_float32(sizes):
     _check(lambda: (part, (RNG.standard_normal(5), _dual((5,), tag), _dual((5,), tag))))
     _check(lambda: (part, (_dual((5,), tag, np.float32), _dual((5,), tag, np.float32),
                            _dual((5,), tag, np.float32))))
+    mul = rew._partial(TABLE["multiply"], 0)  # (the pullback of s * eye in gp_lml)
+    _check(lambda: (mul, (_dual((6, 6), tag), _dual("scalar, 0-d tangent", tag), np.eye(6),
+                          _dual((6, 6), tag))))
     pw = rew._partial(TABLE["power"], 0)
     _check(lambda: (pw, (_dual("scalar", tag), _dual("scalar", tag), 2.0, _dual("scalar", tag))))
 

@@ -32,6 +32,7 @@ _F64 = np.float64
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 _F64DT, _F32DT = _FLOATS  # (dtypes of builtin types are singletons: tested by identity)
 _DUAL_SCALARS = frozenset([np.float64, np.float32])
+_TANGENTS = frozenset([_NDARRAY, np.float64, np.float32])
 _PLAIN_SCALARS = frozenset([float, int, np.float64, np.float32, np.int64])
 _ONE, _FIRST, _SECOND, _BOTH = (True,), (True, False), (False, True), (True, True)
 
@@ -75,21 +76,23 @@ def _register(entries):
 
 def _split(x):
     """``(value, tangent)`` of an operand: a dual (of the calling tag: the caller checked) whose
-    value is a float NumPy array or scalar, or a plain float array or number (tangent None);
+    value is a float NumPy array or scalar and whose tangent is a NumPy array or scalar (a
+    number's tangent may be a 0-d array), or a plain float array or number (tangent None);
     None for anything else."""
     t = type(x)
     if t is DualArray:
         v, dv = x._value, x._tangent
         tv = type(v)
         if tv is _NDARRAY:
-            if v.dtype in _FLOATS and type(dv) is _NDARRAY:
-                return v, dv
+            dt = v.dtype
+            if dt is not _F64DT and dt is not _F32DT:
+                return None
+        elif tv not in _DUAL_SCALARS:
             return None
-        if (tv is _F64 or tv is np.float32) and type(dv) in _DUAL_SCALARS:
-            return v, dv
-        return None
+        return (v, dv) if type(dv) in _TANGENTS else None
     if t is _NDARRAY:
-        return (x, None) if x.dtype in _FLOATS else None
+        dt = x.dtype
+        return (x, None) if dt is _F64DT or dt is _F32DT else None
     return (x, None) if t in _PLAIN_SCALARS else None
 
 
@@ -111,9 +114,11 @@ def binary(tag, uf, x, z):
         a, ta = x._value, x._tangent
         if type(a) is _NDARRAY:
             dt = a.dtype
-            if (dt is not _F64DT and dt is not _F32DT) or type(ta) is not _NDARRAY:
+            if dt is not _F64DT and dt is not _F32DT:
                 return None
-        elif type(a) not in _DUAL_SCALARS or type(ta) not in _DUAL_SCALARS:
+        elif type(a) not in _DUAL_SCALARS:
+            return None
+        if type(ta) not in _TANGENTS:
             return None
     else:
         a, ta = x, None
@@ -127,9 +132,11 @@ def binary(tag, uf, x, z):
         b, tb = z._value, z._tangent
         if type(b) is _NDARRAY:
             dt = b.dtype
-            if (dt is not _F64DT and dt is not _F32DT) or type(tb) is not _NDARRAY:
+            if dt is not _F64DT and dt is not _F32DT:
                 return None
-        elif type(b) not in _DUAL_SCALARS or type(tb) not in _DUAL_SCALARS:
+        elif type(b) not in _DUAL_SCALARS:
+            return None
+        if type(tb) not in _TANGENTS:
             return None
         prog = op.both if ta is not None else op.second
         if prog is None:
@@ -200,7 +207,7 @@ def unary(tag, uf, x):
         return None
     a, ta = sx
     big = type(a) is _NDARRAY and a.size >= ew.KERNEL_MIN_SIZE
-    if not big and type(a) is _NDARRAY:
+    if not big and type(a) is _NDARRAY and type(ta) is _NDARRAY:
         # the NumPy path keeping the derivative for the pullback, as native does
         reuse = op.reuse
         if reuse is None:
