@@ -345,7 +345,7 @@ def test_errors_then_next_call_works():
                                      ("divide", 0), ("divide", 1), ("arctan2", 1),
                                      ("maximum", 0)])
 @pytest.mark.parametrize("shape", [(3,), (30, 20)])
-@pytest.mark.parametrize("kind", ["dual inputs", "plain second", "kept"])
+@pytest.mark.parametrize("kind", ["dual inputs", "plain second", "kept", "plain cotangent"])
 def test_pullback(name, k, shape, kind, sizes):
     entry = TABLE[name]
     part = rew._partial(entry, k)
@@ -355,14 +355,16 @@ def test_pullback(name, k, shape, kind, sizes):
             a = _dual(shape, tag)
             y = entry.ufunc(a) if kind == "kept" else \
                 DualArray(entry.ufunc(a._value), RNG.standard_normal(shape), tag)
-            return part, (_dual(shape, tag), a, y)
+            g = RNG.standard_normal(shape) if kind == "plain cotangent" else _dual(shape, tag)
+            return part, (g, a, y)
     else:
         def make():
             a = _dual(shape, tag)
             b = 2 if name == "power" else (_dual(shape, tag) if kind != "plain second"
                                            else RNG.uniform(0.5, 1.5, shape))
             y = entry.ufunc(a, b)
-            return part, (_dual(shape, tag), a, b, y)
+            g = RNG.standard_normal(shape) if kind == "plain cotangent" else _dual(shape, tag)
+            return part, (g, a, b, y)
     _check(make)
 
 

@@ -401,9 +401,9 @@ def _fused_pullback(prog, g, tg, a, ta, b, tb, y):
 
 # --- the pullback primitive on duals --------------------------------------------------------
 def pullback(entry, k, g, xs):
-    """``ew_pullback(entry, k, g, *xs)`` for a dual cotangent ``g`` whose tag is open, real and
-    without lanes, the inputs ``xs`` duals of that tag or plain floats, as the dispatch to
-    the primitive's frule computes it; None where that dispatch must run.
+    """``ew_pullback(entry, k, g, *xs)`` for a dual output ``xs[-1]`` whose tag is open, real
+    and without lanes, the cotangent ``g`` and the inputs duals of that tag or plain floats, as
+    the dispatch to the primitive's frule computes it; None where that dispatch must run.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -413,9 +413,14 @@ def pullback(entry, k, g, xs):
         >>> mp.tangent(pullback(TABLE["sin"], 0, g, (x, np.sin(x))))  # g·(-sin(x))·ẋ
         array([0.])
     """
-    tag = g._tag
+    tag = xs[-1]._tag
     if tag._watch or tag.lanes or FRULES.get(ew_pullback) is not ew._PB_FRULE or \
             _DEBUG.get().debug_mode:
+        return None
+    if type(g) is DualArray:
+        if g._tag is not tag:
+            return None
+    elif type(g) not in _PLAIN_OPERANDS:
         return None
     for x in xs:
         t = type(x)

@@ -87,8 +87,9 @@ _SHORT = {(np.power, 0): _square_pullback,
 
 
 # A wrapper type's short form of ew_pullback, ``(entry, k, g, xs) -> result or None`` (None:
-# the primitive's dispatch runs), keyed by the cotangent's type and set by the layer that owns
-# the type (the dual layer, for the pullbacks a Hessian-vector product runs on duals).
+# the primitive's dispatch runs), keyed by the type of the op's output (the last of ``xs``) and
+# set by the layer that owns the type (the dual layer, for the pullbacks a Hessian-vector
+# product runs on duals, where the cotangent may be a dual or, from a constant seed, plain).
 PULLBACK_SHORT = {}
 
 
@@ -101,8 +102,9 @@ def _partial(entry, k):
         return lambda g, *xs: -g
 
     def part(g, *xs):
-        if type(g) is not np.ndarray:  # (the plain reverse path pays one type test)
-            short = PULLBACK_SHORT.get(type(g))
+        y = xs[-1]  # (the op's output: a wrapper wherever the forward ran on wrapped values)
+        if type(y) is not np.ndarray:  # (the plain reverse path pays one type test)
+            short = PULLBACK_SHORT.get(type(y))
             if short is not None:
                 r = short(entry, k, g, xs)
                 if r is not None:
