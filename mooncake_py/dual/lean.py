@@ -176,7 +176,7 @@ def binary(tag, uf, x, z):
     if getattr(ty, "shape", None) != shape:
         ty = np.broadcast_to(ty, shape).copy()
     if type(y) is _NDARRAY:
-        # (_fresh, written out)
+        # (fresh, written out)
         if type(ty) is _NDARRAY and y.base is None and ty.base is None and ty.dtype is dt \
                 and ty is not ta and ty is not tb and dt.kind == "f":
             tf = ty.flags
@@ -237,7 +237,7 @@ def unary(tag, uf, x):
     return _wrapped(uf, y, ty, a, None, ta, None, tag)
 
 
-def _fresh(y, ty, tangents):
+def fresh(y, ty, tangents):
     """Whether ``wrap_result`` pairs ``(y, ty)`` as they are: a fresh float result and a fresh
     tangent of its dtype that is no input's tangent (nor the buffer under one), laid out
     C-first where the result is (``_paired``'s first test and its ``_wrap``'s)."""
@@ -258,7 +258,7 @@ def _wrapped(uf, y, ty, a, b, ta, tb, tag, kept=None):
     unary op) with tangents ``ta``, ``tb``."""
     if type(y) is _F64 and type(ty) is _F64:
         return DualArray(y, ty, tag)
-    if _fresh(y, ty, (ta, tb)):
+    if fresh(y, ty, (ta, tb)):
         d = DualArray(y, ty, tag)
         if kept is not None:
             d._kept = kept
@@ -472,7 +472,7 @@ def pullback(entry, k, g, xs):
         tr = ew._cast(tr, dt)
     if type(r) is _F64 and type(tr) is _F64:
         return DualArray(r, tr, tag)
-    if _fresh(r, tr, (tg, ta, tb, ty)):
+    if fresh(r, tr, (tg, ta, tb, ty)):
         return DualArray(r, tr, tag)
     if nin == 1:
         return wrap_result(ew_pullback, r, tr, [entry, k, gp, a, y], [None, None, tg, ta, ty],
@@ -503,6 +503,8 @@ def unbroadcast(g, axes, shape):
     st = _add_reduce(t, axis=axes, keepdims=False)
     if type(sp) is not _NDARRAY or type(st) is not _NDARRAY:
         if type(sp) in _DUAL_SCALARS and type(st) is type(sp):
+            if shape == ():  # (the reshape frule's numbers, a number's reshape to ())
+                return DualArray(sp, st, tag)
             # (every axis: the sum's dual is made as _apply makes it; its reshape to a shape
             # of ones is the reshape frule's)
             return np.reshape(DualArray(sp, st, tag), shape)
