@@ -1,7 +1,8 @@
 """The lean path of dual elementwise ops (``dual/lean.py``) against the general dispatch.
 
 Each case runs the same computation twice: once as the library does it, once with the lean
-path switched off (``LEAN_OPS``, ``PULLBACK_SHORT`` and ``UNBROADCAST_SHORT`` emptied), and
+path switched off (``LEAN_OPS``, ``LEAN_FUNCTIONS``, the getitem short path and the pullback
+primitive's dispatch hook back to the general ones), and
 requires the two results to be the same bitwise: value, tangent, types, dtypes, layout,
 writeability, the derivative kept for the pullback, and which input buffers the tangent shares.
 Small arrays take the NumPy programs, large ones (``KERNEL_MIN_SIZE`` set to 0) the numba
@@ -14,7 +15,7 @@ import pytest
 import mooncake_py as mp
 from mooncake_py.dual import dual_array, elementwise as ew, lean
 from mooncake_py.dual.dual_array import DualArray, Tag
-from mooncake_py.rules import broadcasting, elementwise as rew
+from mooncake_py.rules import elementwise as rew
 from mooncake_py.rules.broadcasting import unbroadcast
 from mooncake_py.rules.derivative_table import TABLE
 from mooncake_py.rules.registry import FRULES
@@ -31,18 +32,18 @@ def sizes(request, monkeypatch):
 
 def _general(fn):
     """``fn()`` with the lean path switched off."""
-    saved = (list(dual_array.LEAN_OPS), dict(rew.PULLBACK_SHORT),
-             dict(broadcasting.UNBROADCAST_SHORT), list(dual_array._GETITEM_RULE))
+    saved = (list(dual_array.LEAN_OPS), list(dual_array.KEPT_PULLBACK),
+             list(dual_array.LEAN_FUNCTIONS), list(dual_array._GETITEM_RULE))
     dual_array.LEAN_OPS[:] = [dual_array._no_lean, dual_array._no_lean]
+    dual_array.KEPT_PULLBACK[1] = ew._kept_pullback  # (the general dispatch's own short path)
+    dual_array.LEAN_FUNCTIONS[:] = [dual_array._no_lean]
     dual_array._GETITEM_RULE[:] = [object()]
-    rew.PULLBACK_SHORT.clear()
-    broadcasting.UNBROADCAST_SHORT.clear()
     try:
         return fn()
     finally:
         dual_array.LEAN_OPS[:] = saved[0]
-        rew.PULLBACK_SHORT.update(saved[1])
-        broadcasting.UNBROADCAST_SHORT.update(saved[2])
+        dual_array.KEPT_PULLBACK[:] = saved[1]
+        dual_array.LEAN_FUNCTIONS[:] = saved[2]
         dual_array._GETITEM_RULE[:] = saved[3]
 
 
@@ -389,6 +390,20 @@ def test_unbroadcast(gshape, shape, dtype):
     tag = Tag(0)
     _check(lambda: (lambda g: unbroadcast(g, shape), (_dual(gshape, tag, dtype),)))
     _check(lambda: (lambda g: unbroadcast(g, shape), (_dual(gshape, tag, dtype, "F"),)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: np.sum(d), lambda d: np.sum(d, axis=0), lambda d: np.sum(d, axis=(0, 1)),
+    lambda d: np.sum(d, axis=-1, keepdims=True), lambda d: np.sum(d, axis=None, dtype=None),
+    lambda d: np.sum(d, axis=1, dtype=np.float32), lambda d: np.sum(d, 0),
+    lambda d: np.reshape(d, (-1,)), lambda d: np.reshape(d, 20), lambda d: np.reshape(d, (5, 4)),
+    lambda d: np.reshape(d, np.array([2, 10])), lambda d: np.reshape(d, (20,), order="F"),
+    lambda d: np.reshape(np.sum(d), ()), lambda d: np.reshape(np.sum(d), (1, 1))])
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "mixed"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sum_and_reshape(call, layout, dtype):
+    tag = Tag(0)
+    _check(lambda: (call, (_dual((4, 5), tag, dtype, layout),)))
 
 
 # --- whole second-order calls ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..array_ops import buffer_root
 from ..rules.derivative_table import on_new_entries
 from ..rules.registry import FRULES
 from . import elementwise as ew
-from .dual_array import DualArray, LEAN_OPS, wrap_result
+from .dual_array import DualArray, KEPT_PULLBACK, LEAN_FUNCTIONS, LEAN_OPS, wrap_result
 
 _NDARRAY = np.ndarray
 _F64 = np.float64
@@ -400,40 +400,39 @@ def _fused_pullback(prog, g, tg, a, ta, b, tb, y):
 
 
 # --- the pullback primitive on duals --------------------------------------------------------
-def pullback(entry, k, g, xs):
-    """``ew_pullback(entry, k, g, *xs)`` for a dual output ``xs[-1]`` whose tag is open, real
-    and without lanes, the cotangent ``g`` and the inputs duals of that tag or plain floats, as
-    the dispatch to the primitive's frule computes it; None where that dispatch must run.
+def pullback(tag, args):
+    """``ew_pullback(*args)`` = ``ew_pullback(entry, k, g, *xs)`` dispatched to ``tag`` (the
+    innermost transformation of its arguments), for a tag that is open, real and without
+    lanes and a cotangent and inputs that are duals of it or plain floats, as the dispatch to
+    the primitive's frule computes it; None where that dispatch must run.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> from mooncake_py.rules.derivative_table import TABLE
         >>> x = mp.dual(np.array([0.0]), np.array([1.0]))
         >>> g = mp.dual(np.array([2.0]), np.array([0.0]), like=x)
-        >>> mp.tangent(pullback(TABLE["sin"], 0, g, (x, np.sin(x))))  # g·(-sin(x))·ẋ
+        >>> mp.tangent(pullback(x._tag, (TABLE["sin"], 0, g, x, np.sin(x))))  # g·(-sin(x))·ẋ
         array([0.])
     """
-    tag = xs[-1]._tag
-    if tag._watch or tag.lanes or FRULES.get(ew_pullback) is not ew._PB_FRULE or \
-            _DEBUG.get().debug_mode:
+    if len(args) < 4 or tag._watch or tag.lanes or FRULES.get(ew_pullback) is not ew._PB_FRULE \
+            or _DEBUG.get().debug_mode:
         return None
-    if type(g) is DualArray:
-        if g._tag is not tag:
-            return None
-    elif type(g) not in _PLAIN_OPERANDS:
-        return None
-    for x in xs:
+    entry, k, g = args[0], args[1], args[2]
+    xs = args[3:]
+    for x in args[2:]:
         t = type(x)
         if t is DualArray:
             if x._tag is not tag:
                 return None
         elif t not in _PLAIN_OPERANDS:
             return None
+    if type(entry) is not _ENTRY:
+        return None
     nin = entry.nin
     if type(k) is not int or len(xs) != nin + 1 or not 0 <= k < nin:
         return None
     if nin == 1 and type(xs[1]) is DualArray and xs[1]._kept is not None:
-        return ew._kept_pullback(tag, (entry, k, g) + tuple(xs))
+        return ew._kept_pullback(tag, args)
     sg = _split(g)
     if sg is None:
         return None
@@ -481,50 +480,86 @@ def pullback(entry, k, g, xs):
                        [None, None, tg, ta, tb, ty], tag)
 
 
-# --- unbroadcast of a dual cotangent ---------------------------------------------------------
-def unbroadcast(g, axes, shape):
-    """``np.reshape(np.sum(g, axis=axes), shape)`` for a dual ``g`` of an open real tag without
-    lanes, as the dispatch to the sum and reshape frules computes it; None where it must run.
+# --- np.sum and np.reshape of a dual (the broadcast sums of a sweep's cotangents) -------------
+def array_function(d, func, args, kwargs):
+    """``func(*args, **kwargs)`` for ``func`` np.sum or np.reshape of the dual ``d`` (its first
+    argument; its tag open, real and without lanes), as the dispatch to their frules computes
+    it; None where that dispatch must run.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> g = mp.dual(np.ones((2, 3)), np.ones((2, 3)))
-        >>> mp.tangent(unbroadcast(g, (0,), (1, 3)))
-        array([[2., 2., 2.]])
+        >>> mp.tangent(array_function(g, np.sum, (g,), {"axis": 0}))
+        array([2., 2., 2.])
     """
-    tag = g._tag
-    if tag._watch or tag.lanes or _DEBUG.get().debug_mode or \
-            FRULES.get(np.sum) is not _SUM_RULE or FRULES.get(np.reshape) is not _RESHAPE_RULE:
+    if not args or args[0] is not d or _DEBUG.get().debug_mode:
         return None
-    p, t = g._value, g._tangent
+    p, t = d._value, d._tangent
+    tag = d._tag
     if type(p) is not _NDARRAY or type(t) is not _NDARRAY:
+        if func is _np_reshape and len(args) == 2 and type(args[1]) is tuple and \
+                args[1] == () and not kwargs and \
+                type(p) in _DUAL_SCALARS and type(t) is type(p) and \
+                FRULES.get(_np_reshape) is _RESHAPE_RULE:
+            return DualArray(p, t, tag)  # (a number reshaped to (): the frule's same numbers)
         return None
-    sp = _add_reduce(p, axis=axes, keepdims=False)
-    st = _add_reduce(t, axis=axes, keepdims=False)
-    if type(sp) is not _NDARRAY or type(st) is not _NDARRAY:
-        if type(sp) in _DUAL_SCALARS and type(st) is type(sp):
-            if shape == ():  # (the reshape frule's numbers, a number's reshape to ())
-                return DualArray(sp, st, tag)
-            # (every axis: the sum's dual is made as _apply makes it; its reshape to a shape
-            # of ones is the reshape frule's)
-            return np.reshape(DualArray(sp, st, tag), shape)
-        return None
-    if sp.base is not None or st.base is not None or sp.dtype is not st.dtype or \
-            sp.dtype.kind != "f":
-        return None
-    rp, rt = np.reshape(sp, shape), np.reshape(st, shape)
-    if rp.base is not sp or rt.base is not st:
-        return None
-    return DualArray(rp, rt, tag)
+    if func is _np_sum:
+        if len(args) != 1 or FRULES.get(_np_sum) is not _SUM_RULE or \
+                getattr(_SUM_RULE, "_mc_native", None) is not _SUM_NATIVE[0]:
+            return None
+        axis, keepdims = None, False
+        for k, v in kwargs.items():  # (what the sum frule's short forms take)
+            if k == "axis":
+                if not (v is None or type(v) is int or
+                        (type(v) is tuple and all(type(a) is int for a in v))):
+                    return None
+                axis = v
+            elif k == "keepdims" and type(v) is bool:
+                keepdims = v
+            elif not (v is None and (k == "dtype" or k == "out")):
+                return None
+        sp = _add_reduce(p, axis=axis, keepdims=keepdims)
+        st = _add_reduce(t, axis=axis, keepdims=keepdims)
+        if type(sp) is _F64 and type(st) is _F64:
+            return DualArray(sp, st, tag)
+        if fresh(sp, st, (t,)):
+            return DualArray(sp, st, tag)
+        return wrap_result(_np_sum, sp, st, [p], [t], tag)
+    if func is _np_reshape:
+        if len(args) != 2 or kwargs or FRULES.get(_np_reshape) is not _RESHAPE_RULE or \
+                getattr(_RESHAPE_RULE, "_mc_native", None) is not _RESHAPE_NATIVE[0]:
+            return None
+        shape = args[1]
+        if not (type(shape) is int or (type(shape) is tuple and
+                                       all(type(n) is int for n in shape))):
+            return None
+        rp, rt = _np_reshape(p, shape), _np_reshape(t, shape)
+        # (a view of p whose tangent is the same view of t: what _paired keeps as it is)
+        if type(rp) is _NDARRAY and type(rt) is _NDARRAY and rp.base is not None and \
+                rt.base is not None and rt.dtype is rp.dtype and rp.dtype.kind == "f" and \
+                buffer_root(rp) is buffer_root(p) and buffer_root(rt) is buffer_root(t):
+            return DualArray(rp, rt, tag)
+        return wrap_result(_np_reshape, rp, rt, [p, shape], [t, None], tag)
+    return None
 
 
-from ..rules.elementwise import ew_pullback, PULLBACK_SHORT  # noqa: E402
-from ..rules.broadcasting import UNBROADCAST_SHORT  # noqa: E402
+from ..rules.elementwise import ew_pullback  # noqa: E402
+from ..rules.derivative_table import Entry as _ENTRY  # noqa: E402
 
 _PLAIN_OPERANDS = frozenset([_NDARRAY, float, int, np.float64, np.float32, np.int64])
 _add_reduce = np.add.reduce
+_np_sum, _np_reshape = np.sum, np.reshape
 _SUM_RULE = FRULES[np.sum]
 _RESHAPE_RULE = FRULES[np.reshape]
+# (the natives of core_rules, set when it is imported, after this module)
+_SUM_NATIVE, _RESHAPE_NATIVE = [object()], [object()]
+
+
+def _natives_loaded():
+    _SUM_NATIVE[0] = getattr(_SUM_RULE, "_mc_native", None)
+    _RESHAPE_NATIVE[0] = getattr(_RESHAPE_RULE, "_mc_native", None)
+
+
 LEAN_OPS[:] = [unary, binary]
-PULLBACK_SHORT[DualArray] = pullback
-UNBROADCAST_SHORT[DualArray] = unbroadcast
+KEPT_PULLBACK[1] = pullback
+LEAN_FUNCTIONS[:] = [array_function]

@@ -86,13 +86,6 @@ _SHORT = {(np.power, 0): _square_pullback,
           (np.minimum, 1): _extremum_pullback(False, False)}
 
 
-# A wrapper type's short form of ew_pullback, ``(entry, k, g, xs) -> result or None`` (None:
-# the primitive's dispatch runs), keyed by the type of the op's output (the last of ``xs``) and
-# set by the layer that owns the type (the dual layer, for the pullbacks a Hessian-vector
-# product runs on duals, where the cotangent may be a dual or, from a constant seed, plain).
-PULLBACK_SHORT = {}
-
-
 def _partial(entry, k):
     """``(g, *xs) -> cotangent`` for input ``k``, short-circuiting the constant derivatives."""
     d = entry.d1[k]
@@ -100,17 +93,7 @@ def _partial(entry, k):
         return lambda g, *xs: g
     if d == "-1":
         return lambda g, *xs: -g
-
-    def part(g, *xs):
-        y = xs[-1]  # (the op's output: a wrapper wherever the forward ran on wrapped values)
-        if type(y) is not np.ndarray:  # (the plain reverse path pays one type test)
-            short = PULLBACK_SHORT.get(type(y))
-            if short is not None:
-                r = short(entry, k, g, xs)
-                if r is not None:
-                    return r
-        return ew_pullback(entry, k, g, *xs)
-    return part
+    return lambda g, *xs: ew_pullback(entry, k, g, *xs)
 
 
 # Python's operators reach the same NumPy loops, but skip the ufunc call overhead (~0.4 µs) on
