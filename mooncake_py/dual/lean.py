@@ -41,7 +41,8 @@ class _Op:
     """One table op as the lean path needs it: its entry, the frule registered for it (the
     lean path applies only while that is still the registered one), its programs by
     ``(present, const_b)`` and, for a unary op, the derivative-reusing programs."""
-    __slots__ = ("entry", "uf", "rule", "progs", "reuse", "power", "first", "second", "both")
+    __slots__ = ("entry", "uf", "rule", "progs", "reuse", "power", "first", "second", "both",
+                 "by_exponent")
 
     def __init__(self, entry, rule):
         self.entry, self.uf, self.rule = entry, entry.ufunc, rule
@@ -49,6 +50,7 @@ class _Op:
         self.reuse = None
         self.power = entry.name in ew._POWERS
         self.first = self.second = self.both = None  # (the programs without a constant b)
+        self.by_exponent = {}  # special exponent (a Python number) b -> program of x ** b
 
     def program(self, present, const_b):
         p = self.progs.get((present, const_b))
@@ -152,7 +154,16 @@ def binary(tag, uf, x, z):
         if ta is None:
             return None
         if op.power:
-            prog = op.program(_FIRST, ew._exponent(op.entry, b))
+            tb_ = type(b)
+            if tb_ is int or tb_ is float:  # (x ** 2: the exponent's program by its value)
+                prog = op.by_exponent.get(b)
+                if prog is None:
+                    e = ew._exponent(op.entry, b)
+                    prog = op.program(_FIRST, e)
+                    if e is not None:  # (the few special exponents only: a bounded cache)
+                        op.by_exponent[b] = prog
+            else:
+                prog = op.program(_FIRST, ew._exponent(op.entry, b))
         else:
             prog = op.first
             if prog is None:
@@ -176,6 +187,10 @@ def binary(tag, uf, x, z):
     if getattr(ty, "shape", None) != shape:
         ty = np.broadcast_to(ty, shape).copy()
     if type(y) is _NDARRAY:
+        if (ty is ta or ty is tb) and y.base is None and ty.dtype is dt and dt.kind == "f":
+            # (x + c: the program's tangent is the input's, which _paired copies, laid out
+            # like the result)
+            return DualArray(y, np.array(ty, order="C" if y.flags.c_contiguous else "K"), tag)
         # (fresh, written out)
         if type(ty) is _NDARRAY and y.base is None and ty.base is None and ty.dtype is dt \
                 and ty is not ta and ty is not tb and dt.kind == "f":
@@ -202,10 +217,17 @@ def unary(tag, uf, x):
     op = _OPS.get(uf)
     if op is None or FRULES.get(uf) is not op.rule or _DEBUG.get().debug_mode:
         return None
-    sx = _split(x)
-    if sx is None or sx[1] is None:
+    if type(x) is not DualArray:
         return None
-    a, ta = sx
+    a, ta = x._value, x._tangent
+    if type(a) is _NDARRAY:
+        dt = a.dtype
+        if dt is not _F64DT and dt is not _F32DT:
+            return None
+    elif type(a) not in _DUAL_SCALARS:
+        return None
+    if type(ta) not in _TANGENTS:
+        return None
     big = type(a) is _NDARRAY and a.size >= ew.KERNEL_MIN_SIZE
     if not big and type(a) is _NDARRAY and type(ta) is _NDARRAY:
         # the NumPy path keeping the derivative for the pullback, as native does
@@ -220,7 +242,12 @@ def unary(tag, uf, x):
             if getattr(ty, "dtype", None) != dt:
                 ty = ew._cast(ty, dt)
             if type(y) is _NDARRAY:
-                return _wrapped(uf, y, ty, a, None, ta, None, tag, (y, a, d0, pbs))
+                kept = (y, a, d0, pbs)
+                if fresh(y, ty, (ta,)):
+                    d = DualArray(y, ty, tag)
+                    d._kept = kept
+                    return d
+                return wrap_result(uf, y, ty, [a], [ta], tag, kept)
             return _wrapped(uf, y, ty, a, None, ta, None, tag)
     prog = op.program(_ONE, None)
     if not prog.has_tangent:
