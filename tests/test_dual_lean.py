@@ -280,6 +280,20 @@ def test_lanes_take_the_general_path(monkeypatch):
     assert calls == [True, True]
 
 
+def test_lanes_hvp_as_today():
+    """With lanes the pullbacks still reuse the forward's derivative (the dispatch's own short
+    path): bitwise what the general dispatch gives."""
+    x, V = RNG.uniform(0.5, 1.5, 6), RNG.standard_normal((3, 6))
+
+    def f(x):
+        return np.sum(np.sin(x) * np.exp(x) + np.log(x) ** 2)
+    got = mp.hvp(f, lanes=True)(x, V)
+    want = _general(lambda: mp.hvp(f, lanes=True)(x, V))
+    _same_array(got, want)
+    h = mp.hessian(f)(x)
+    np.testing.assert_allclose(got, V @ h, rtol=1e-10, atol=1e-12)
+
+
 def test_integer_array_operands_as_today():
     tag = Tag(0)
     d = _dual((4,), tag)

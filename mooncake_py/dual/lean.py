@@ -443,7 +443,7 @@ def pullback(tag, args):
     """
     if len(args) < 4 or tag._watch or tag.lanes or FRULES.get(ew_pullback) is not ew._PB_FRULE \
             or _DEBUG.get().debug_mode:
-        return None
+        return ew._kept_pullback(tag, args)  # (the dispatch's short path before this one)
     entry, k, g = args[0], args[1], args[2]
     xs = args[3:]
     for x in args[2:]:
