@@ -15,6 +15,13 @@ calls where most of those steps decide nothing:
 It runs the same programs (the same generated NumPy statements, the same numba kernels with the
 same arguments) in the same order, so the numbers are bitwise the general path's; anything it
 does not recognise returns None and the caller takes the general path.
+
+Entry points (set into ``dual_array``'s hook lists at import, so ``rules/`` stays free of the
+dual layer and the plain reverse path pays nothing): :func:`unary` and :func:`binary` (the
+operators and ``__array_ufunc__`` of a dual), :func:`pullback` (``ew_pullback`` dispatched to a
+dual: the sweep's ``ḡ·f'(x)``), :func:`array_function` (``np.sum``/``np.reshape`` of a dual:
+the sweep's broadcast sums). ``DualArray.__getitem__`` has its own short form for basic keys.
+tests/test_dual_lean.py compares each with the general dispatch, bitwise.
 """
 import math
 
