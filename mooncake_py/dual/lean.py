@@ -448,9 +448,15 @@ def pullback(tag, args):
         >>> mp.tangent(pullback(x._tag, (TABLE["sin"], 0, g, x, np.sin(x))))  # g·(-sin(x))·ẋ
         array([0.])
     """
+    if len(args) == 5 and type(args[4]) is DualArray and args[4]._kept is not None:
+        # (a unary op whose forward kept its derivative: the dispatch's own short path, which
+        # checks the rest itself)
+        r = ew._kept_pullback(tag, args)
+        if r is not None:
+            return r
     if len(args) < 4 or tag._watch or tag.lanes or FRULES.get(ew_pullback) is not ew._PB_FRULE \
             or _DEBUG.get().debug_mode:
-        return ew._kept_pullback(tag, args)  # (the dispatch's short path before this one)
+        return None
     entry, k, g = args[0], args[1], args[2]
     xs = args[3:]
     for x in args[2:]:
@@ -465,8 +471,6 @@ def pullback(tag, args):
     nin = entry.nin
     if type(k) is not int or len(xs) != nin + 1 or not 0 <= k < nin:
         return None
-    if nin == 1 and type(xs[1]) is DualArray and xs[1]._kept is not None:
-        return ew._kept_pullback(tag, args)
     sg = _split(g)
     if sg is None:
         return None
