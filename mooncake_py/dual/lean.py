@@ -32,7 +32,8 @@ from ..array_ops import buffer_root
 from ..rules.derivative_table import on_new_entries
 from ..rules.registry import FRULES
 from . import elementwise as ew
-from .dual_array import DualArray, KEPT_PULLBACK, LEAN_FUNCTIONS, LEAN_OPS, wrap_result
+from .dual_array import (DualArray, KEPT_PULLBACK, LEAN_FUNCTIONS, LEAN_OPS, _own_operands,
+                         wrap_result)
 
 _NDARRAY = np.ndarray
 _F64 = np.float64
@@ -459,13 +460,8 @@ def pullback(tag, args):
         return None
     entry, k, g = args[0], args[1], args[2]
     xs = args[3:]
-    for x in args[2:]:
-        t = type(x)
-        if t is DualArray:
-            if x._tag is not tag:
-                return None
-        elif t not in _PLAIN_OPERANDS:
-            return None
+    if not _own_operands(tag, args[2:]):
+        return None
     if type(entry) is not _ENTRY:
         return None
     nin = entry.nin
@@ -584,7 +580,6 @@ def array_function(d, func, args, kwargs):
 from ..rules.elementwise import ew_pullback  # noqa: E402
 from ..rules.derivative_table import Entry as _ENTRY  # noqa: E402
 
-_PLAIN_OPERANDS = frozenset([_NDARRAY, float, int, np.float64, np.float32, np.int64])
 _add_reduce = np.add.reduce
 _np_sum, _np_reshape = np.sum, np.reshape
 _SUM_RULE = FRULES[np.sum]
