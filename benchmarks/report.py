@@ -215,8 +215,16 @@ def header_lines(machine, config):
             f"malloc: {machine.get('malloc', 'unknown')} (mooncake_py/allocator.py)",
             f"- Frameworks: {versions or 'none'}; threads: {config.get('threads')}",
             f"- Timing: one warm-up call, then samples for about {config.get('budget_s')} s per "
-            "measurement; medians" + _passes_note(config.get("passes", 1))
+            "measurement; medians" + _rounds_note(config.get("rounds", 1))
+            + _passes_note(config.get("passes", 1))
             + ". Results are approximate.", ""]
+
+
+def _rounds_note(rounds):
+    if rounds <= 1:
+        return ""
+    return (f", the cells of each case timed round-robin in {rounds} rounds (so that the ratios "
+            "between them see the same state of the machine)")
 
 
 def _passes_note(passes):

@@ -15,6 +15,7 @@ a result that disagrees with the others is flagged. Writes ``results.json`` (eve
 ``results.md`` and ``ratios.png`` (if matplotlib is installed) to ``--out``.
 """
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -25,7 +26,7 @@ import numpy as np
 from . import frameworks as fw
 from . import hessian_scaling, hvp_floor, report
 from .suite import CASES
-from .timing import machine_info, measure, format_time
+from .timing import machine_info, measure, more_samples, format_time
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 FULL_HESSIAN_SIZES = (10, 30, 100, 300, 1000, 2000)
@@ -66,11 +67,18 @@ def parse_args(argv=None):
                         "minutes apart, and keep each cell's lowest median (a pass that ran "
                         "while the machine was busy does not decide a figure; default "
                         "%(default)s)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time the cells of a case round-robin in this many rounds of "
+                        "budget/rounds each (a slow spell of the machine then falls on every "
+                        "cell of the case, not on the one that happened to run; default "
+                        "%(default)s)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     a.cases = _choose(a.cases, list(CASES), "case")
     a.frameworks = _choose(a.frameworks, list(fw.FRAMEWORKS), "framework")
     a.quantities = _choose(a.quantities, list(fw.QUANTITIES), "quantity")
+    if a.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
     if a.passes < 1:
         raise SystemExit("--passes must be at least 1")
     if a.budget is None:
@@ -179,22 +187,79 @@ def _directions(args, argnums, rng):
 def run_method(method, case, args, dirs, budget, missing):
     """Time one method on one case; a result dict (see :mod:`benchmarks.report`) and the
     derivative it computed as one float64 vector (``None`` unless it succeeded)."""
-    r = {"case": case.name, "quantity": method.quantity, "column": method.column,
-         "framework": method.framework}
-    if method.framework in missing:
-        return dict(r, status="missing", detail=missing[method.framework]), None
-    try:
-        run, pick, *info = method.build(case, args, dirs)
-        m = measure(run, budget)
-        value = fw.as_vector(pick(run()))
-        if info:
-            m.update(info[0]())
-    except fw.NotApplicable as e:
-        return dict(r, status="n/a", detail=str(e)), None
-    except Exception as e:  # report, never crash the run
-        status, detail = _failure(e, method, case)
-        return dict(r, status=status, detail=detail), None
-    return dict(r, status="ok", detail="", **m), value
+    return run_methods([(method, False)], case, args, dirs, budget, missing)[0]
+
+
+class _Job:
+    """One cell of an interleaved measurement: its method, thread setting, record so far,
+    the built ``(run, pick, info)`` (None once it failed) and its timing."""
+    __slots__ = ("method", "default", "rec", "built", "timing")
+
+    def __init__(self, method, default, rec):
+        self.method, self.default, self.rec, self.built, self.timing = method, default, rec, None, None
+
+    def threads(self):
+        return default_threads() if self.default else contextlib.nullcontext()
+
+    def fail(self, exc, case):
+        status, detail = _failure(exc, self.method, case)
+        self.rec, self.built = dict(self.rec, status=status, detail=detail), None
+
+
+def run_methods(jobs, case, args, dirs, budget, missing, rounds=1):
+    """Time ``jobs`` (``(method, default_threads)`` pairs) on one case, round-robin: each of
+    ``rounds`` rounds gives every cell ``budget / rounds`` seconds, so that a slow spell of a
+    shared machine falls on every cell instead of on whichever ran then (the first round warms
+    up; the median is over all rounds' samples). ``[(record, vector)]`` in the order of
+    ``jobs``, as :func:`run_method` gives them."""
+    cells = []
+    for method, default in jobs:
+        rec = {"case": case.name, "quantity": method.quantity, "column": method.column
+               + (" (default threads)" if default else ""), "framework": method.framework}
+        job = _Job(method, default, rec)
+        cells.append(job)
+        if method.framework in missing:
+            job.rec = dict(rec, status="missing", detail=missing[method.framework])
+            continue
+        try:
+            with job.threads():
+                run, pick, *info = method.build(case, args, dirs)
+            job.built = (run, pick, info)
+        except fw.NotApplicable as e:
+            job.rec = dict(rec, status="n/a", detail=str(e))
+        except Exception as e:  # report, never crash the run
+            job.fail(e, case)
+    for k in range(max(1, rounds)):
+        for job in cells:
+            if job.built is None:
+                continue
+            try:
+                with job.threads():
+                    if job.timing is None:
+                        job.timing = measure(job.built[0], budget / max(1, rounds))
+                    else:
+                        more_samples(job.built[0], job.timing["number"],
+                                     budget / max(1, rounds), job.timing)
+            except Exception as e:
+                job.fail(e, case)
+    out = []
+    for job in cells:
+        if job.built is None:
+            out.append((job.rec, None))
+            continue
+        run, pick, info = job.built
+        try:
+            with job.threads():
+                value = fw.as_vector(pick(run()))
+            m = job.timing
+            if info:
+                m.update(info[0]())
+        except Exception as e:
+            job.fail(e, case)
+            out.append((job.rec, None))
+            continue
+        out.append((dict(job.rec, status="ok", detail="", **m), value))
+    return out
 
 
 def check_agreement(records, values, rtol=1e-6):
@@ -235,24 +300,19 @@ def run_cases(opts, log):
             if m.column == "NumPy" and r["status"] == "ok":
                 primal = r["median_s"]
             _log_result(log, r)
+        # every cell of the case (all quantities, both thread settings) in one round-robin:
+        # the ratios the summary takes between cells then see the same spells of the machine
+        jobs = [(m, default) for q in opts.quantities for m in fw.METHODS
+                if m.quantity == q and m.framework in opts.frameworks
+                for default in ((False, True) if opts.compare_threading
+                                and m.framework == "mooncake_py" else (False,))]
+        done = run_methods(jobs, case, args, dirs, opts.budget, missing, opts.rounds)
         for q in opts.quantities:
-            recs, vals = [], []
-            for m in fw.METHODS:
-                if m.quantity != q or m.framework not in opts.frameworks:
-                    continue
-                r, v = run_method(m, case, args, dirs, opts.budget, missing)
+            pairs = [(r, v) for r, v in done if r["quantity"] == q]
+            recs, vals = [r for r, _ in pairs], [v for _, v in pairs]
+            for r in recs:
                 if r["status"] == "ok" and primal:
                     r["ratio"] = r["median_s"] / primal
-                recs.append(r)
-                vals.append(v)
-                if opts.compare_threading and m.framework == "mooncake_py":
-                    with default_threads():
-                        r, v = run_method(m, case, args, dirs, opts.budget, missing)
-                    r["column"] += " (default threads)"
-                    if r["status"] == "ok" and primal:
-                        r["ratio"] = r["median_s"] / primal
-                    recs.append(r)
-                    vals.append(v)
             check_agreement(recs, vals)
             for r in recs:
                 _log_result(log, r)
@@ -332,7 +392,7 @@ def main(argv=None):
     versions = {f: fw.version(f) for f in opts.frameworks if f not in missing}
     machine = machine_info(versions)
     config = {"quick": opts.quick, "cases": opts.cases, "frameworks": opts.frameworks,
-              "quantities": opts.quantities, "budget_s": opts.budget, "passes": opts.passes, "seed": opts.seed,
+              "quantities": opts.quantities, "budget_s": opts.budget, "passes": opts.passes, "rounds": opts.rounds, "seed": opts.seed,
               "threads": threads, "kernel_load_s": fw.kernel_load_times(),
               "missing": missing, "started": time.strftime("%Y-%m-%d %H:%M:%S",
                                                            time.localtime(started)),

@@ -50,6 +50,23 @@ def measure(fn, budget, min_samples=3):
             "first_call_s": first, "second_call_s": once}
 
 
+def more_samples(fn, number, budget, into):
+    """Append to ``into`` (a :func:`measure` result) samples of ``number`` calls of ``fn`` for
+    about ``budget`` s (at least one sample), with no warm-up: a later round of an interleaved
+    measurement; ``median_s`` is recomputed over every sample."""
+    samples = into["samples_s"]
+    start = perf_counter()
+    while True:
+        t0 = perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((perf_counter() - t0) / number)
+        if len(samples) >= MAX_SAMPLES * 4 or perf_counter() - start >= budget:
+            break
+    into["median_s"] = statistics.median(samples)
+    return into
+
+
 def format_time(t):
     """``t`` seconds with three significant figures and a unit: ``format_time(2.5e-6)`` is
     ``'2.5 µs'``."""

@@ -1,5 +1,6 @@
 """The benchmark harness runs end to end and writes valid JSON and Markdown (no time is checked)."""
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,36 @@ def test_hvp_floor_hand_code_is_the_derivative_and_runs():
     assert set(out["simple_mlp"]) == {"hand gradient", "hand HVP", "prepared gradient",
                                       "prepared HVP"}
     assert any("hand HVP / hand gradient" in line for line in lines)
+
+
+def test_cells_of_a_case_are_timed_round_robin():
+    """With rounds, every cell gets samples in every round and the rounds interleave the cells
+    (a slow spell then falls on all of them); failures and n/a keep their records."""
+    from types import SimpleNamespace
+    calls = []
+
+    def method(name, fail=False, na=False):
+        def build(case, args, dirs):
+            if na:
+                raise frameworks.NotApplicable("no such thing")
+
+            def run():
+                calls.append(name)
+                if fail and len(calls) > 6:
+                    raise RuntimeError("broke in a later round")
+                return np.ones(2)
+            return run, (lambda v: v)
+        return SimpleNamespace(framework="x", quantity="gradient", column=name, build=build)
+    case = suite.CASES["sum_1000"]
+    jobs = [(method("a"), False), (method("b"), False), (method("c", na=True), False),
+            (method("d", fail=True), False)]
+    out = run.run_methods(jobs, case, (), (), 0.003, {}, rounds=3)
+    assert [r["column"] for r, _ in out] == ["a", "b", "c", "d"]
+    (ra, va), (rb, _), (rc, vc), (rd, vd) = out
+    assert ra["status"] == rb["status"] == "ok" and np.array_equal(va, np.ones(2))
+    assert rc["status"] == "n/a" and vc is None
+    assert rd["status"] == "error" and "broke" in rd["detail"] and vd is None
+    # a's calls are not one block: b ran between a's first and last
+    first_a, last_a = calls.index("a"), len(calls) - 1 - calls[::-1].index("a")
+    assert "b" in calls[first_a:last_a]
+    assert len(ra["samples_s"]) >= 3 and ra["median_s"] == statistics.median(ra["samples_s"])
