@@ -6,16 +6,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-
-
-def _fd(f, x, eps=1e-6):
-    g = np.zeros(x.shape)
-    for i in range(x.size):
-        e = np.zeros(x.size)
-        e[i] = eps
-        e = e.reshape(x.shape)
-        g.flat[i] = (f(x + e) - f(x - e)) / (2 * eps)
-    return g
+from mooncake_py.testing import fd_gradient
 
 
 @pytest.mark.parametrize("offset, axes", [(0, (0, 1)), (1, (0, 1)), (-1, (1, 2)), (0, (2, 0))])
@@ -28,7 +19,7 @@ def test_diagonal_method_equals_np_diagonal_and_finite_differences(offset, axes)
     x = np.random.default_rng(0).standard_normal((3, 3, 4))
     y, g = mp.value_and_grad(f)(x)
     assert y == f(x)
-    np.testing.assert_allclose(g, _fd(f, x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g, fd_gradient(f, x), rtol=1e-6, atol=1e-8)
     (yv, yt) = mp.jvp(f, (x,), (np.ones_like(x),))
     np.testing.assert_allclose(yt, np.sum(g), rtol=1e-12)
 
@@ -42,7 +33,7 @@ def test_partition_method_in_place_as_numpy():
     x = np.array([5.0, 1.0, 4.0, 2.0, 3.0, 0.5])
     y, g = mp.value_and_grad(f)(x)
     assert y == f(x)
-    np.testing.assert_allclose(g, _fd(f, x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g, fd_gradient(f, x), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(mp.hvp(f)(x, np.ones(6)), [0, 2, 0, 2, 0, 2], atol=1e-12)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
+from mooncake_py.testing import fd_gradient
 import mooncake_py.second_order as so
 from mooncake_py.tape import source_replay as sr
 from mooncake_py.tape.source_replay import SourceReplayer
@@ -20,16 +21,6 @@ from mooncake_py.tape.source_replay import SourceReplayer
 def _inputs(shape, n=3, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(shape) for _ in range(n)]
-
-
-def _fd(f, x, eps=1e-6):
-    g = np.zeros(x.shape)
-    for i in range(x.size):
-        e = np.zeros(x.size)
-        e[i] = eps
-        e = e.reshape(x.shape)
-        g.flat[i] = (f(x + e) - f(x - e)) / (2 * eps)
-    return g
 
 
 def _close(got, want, rtol=1e-12, atol=1e-14):
@@ -63,7 +54,7 @@ def _check_all(f, xs, fd=True, min_replays=4):
         _close(g, g0)
         _close(hv, mp.hvp(f)(x.copy(), v), rtol=1e-10, atol=1e-12)
         if fd:
-            _close(g0, _fd(f, x), rtol=1e-5, atol=1e-6)
+            _close(g0, fd_gradient(f, x), rtol=1e-5, atol=1e-6)
     for c in (gc, pc, hc):
         assert c._replay.replays >= min_replays
 
@@ -472,13 +463,13 @@ def test_astype_without_copy_sees_later_writes():
     x = np.arange(3.0)
     y, g = mp.value_and_grad(astype_without_copy)(x)
     assert y == astype_without_copy(x) == 4.5
-    _close(g, _fd(astype_without_copy, x), rtol=1e-6, atol=1e-8)
+    _close(g, fd_gradient(astype_without_copy, x), rtol=1e-6, atol=1e-8)
     c = mp.prepare_gradient_cache(astype_without_copy, x)
     for k in range(3):
         xk = x + k
         yc, (gc,) = mp.value_and_gradient(c, astype_without_copy, xk)
         assert yc == astype_without_copy(xk)
-        _close(gc, _fd(astype_without_copy, xk), rtol=1e-6, atol=1e-8)
+        _close(gc, fd_gradient(astype_without_copy, xk), rtol=1e-6, atol=1e-8)
 
 
 def test_astype_copies_where_numpy_copies():

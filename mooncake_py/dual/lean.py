@@ -119,7 +119,8 @@ def binary(tag, uf, x, z):
     op = _OPS.get(uf)
     if op is None or FRULES.get(uf) is not op.rule or _DEBUG.get().debug_mode:
         return None
-    # (_split, written out: this is the path's hottest part)
+    # (_split, written out for x and for z: calling it twice measured +1.6k instructions per
+    # op, ~5% of a 3-vector op)
     if type(x) is DualArray:
         a, ta = x._value, x._tangent
         if type(a) is _NDARRAY:
@@ -199,7 +200,7 @@ def binary(tag, uf, x, z):
             # (x + c: the program's tangent is the input's, which _paired copies, laid out
             # like the result)
             return DualArray(y, np.array(ty, order="C" if y.flags.c_contiguous else "K"), tag)
-        # (fresh, written out)
+        # (fresh() and _wrapped(), written out like _split above: this is every binary op)
         if type(ty) is _NDARRAY and y.base is None and ty.base is None and ty.dtype is dt \
                 and ty is not ta and ty is not tb and dt.kind == "f":
             tf = ty.flags

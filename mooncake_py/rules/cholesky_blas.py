@@ -34,6 +34,8 @@ _ROUTINES = {}  # (name, dtype char) -> SciPy routine, None when SciPy is missin
 
 
 def _routine(name, char):
+    """SciPy's BLAS or LAPACK routine ``name`` for dtype char ``char`` ("f" or "d"), None
+    without SciPy (imported on first use; linear_algebra's BLAS calls look up here too)."""
     key = (name, char)
     fn = _ROUTINES.get(key, False)
     if fn is False:

@@ -1173,21 +1173,10 @@ def _checked_blas_solve(a, b, trans, lower, unit_diagonal, check_finite):
     return _blas_trsm(a, b, 1 if t == 2 else t, lower, unit_diagonal)
 
 
-_BLAS = {}  # (routine, dtype char) -> SciPy's BLAS routine (None: SciPy missing)
-
-
 def _blas_routine(name, dt):
-    """SciPy's BLAS routine ``name`` ("trsm", "trsv", "trmm", "gemm") for float32/float64
-    ``dt``."""
-    key = (name, dt.char)
-    fn = _BLAS.get(key, False)
-    if fn is False:
-        fn = None
-        if _sla() is not None:
-            from scipy.linalg import blas
-            fn = getattr(blas, {"f": "s", "d": "d"}[dt.char] + name, None)
-        _BLAS[key] = fn
-    return fn
+    """SciPy's BLAS routine ``name`` ("trsm", "trsv", "trmm", "gemm", ...) for float32/float64
+    ``dt`` (None without SciPy): cholesky_blas's lookup, which also serves LAPACK's."""
+    return cholesky_blas._routine(name, dt.char)
 
 
 def _blas_trsm(a, b, trans, lower, unit_diagonal):
