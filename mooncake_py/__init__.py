@@ -15,8 +15,7 @@ from .tape import Tape, TrackedArray
 from .api import grad, value_and_grad, vjp
 
 __version__ = "0.1.0"
-from . import allocator as _allocator  # noqa: E402
-_allocator.tune()  # glibc keeps freed array temporaries for the next call (see allocator.py)
+from .allocator import tune as tune_allocator  # noqa: E402
 from . import special, linalg  # noqa: E402  (public namespaces of wrapped scipy functions)
 from .caches import (prepare_gradient_cache, value_and_gradient,  # noqa: E402
                      prepare_pullback_cache, value_and_pullback)
@@ -57,7 +56,7 @@ __all__ = [
     # rules
     "rrule", "frule", "defvjp", "primitive", "zero_derivative", "stop_gradient", "composite",
     # configuration
-    "Config", "warmup",
+    "Config", "warmup", "tune_allocator",
     # errors
     "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
