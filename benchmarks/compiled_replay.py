@@ -25,8 +25,8 @@ from time import perf_counter
 import numpy as np
 
 import mooncake_py as mp
-from mooncake_py.tape import compiled
-from mooncake_py.tape.replay import _split_leaves
+from mooncake_py.replay import compiled
+from mooncake_py.replay.plans import _split_leaves
 
 from .suite import CASES
 from .timing import format_time

@@ -166,10 +166,10 @@ def _prepared(make, compile):
 def _load_kernel(kind):
     """Load the compiled-replay kernel before the first timed call, so that the first call's
     time is the case's own cost (record, plan, encode) and the load is reported once, apart
-    (``TIMES`` of mooncake_py.tape.compiled). A kernel that fails to load is not an error
+    (``TIMES`` of mooncake_py.replay.compiled). A kernel that fails to load is not an error
     here: the cache then runs the Python replay, and the row says it did not compile."""
     try:
-        from mooncake_py.tape import compiled
+        from mooncake_py.replay import compiled
         getattr(compiled, "hvp_kernel" if kind == "hvp" else "kernel")()
     except Exception:  # noqa: BLE001
         pass
@@ -179,7 +179,7 @@ def kernel_load_times():
     """Seconds the compiled-replay kernels took to load in this process (``{}`` if none
     loaded): ``load_s`` (gradient) and ``hvp_load_s``."""
     import sys
-    compiled = sys.modules.get("mooncake_py.tape.compiled")
+    compiled = sys.modules.get("mooncake_py.replay.compiled")
     return dict(getattr(compiled, "TIMES", {}))
 
 

@@ -22,9 +22,9 @@ import numpy as np
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, _ROOT)
 
-from mooncake_py.dual import dual, elementwise as ew  # noqa: E402
-from mooncake_py.rules.derivative_table import TABLE  # noqa: E402
-from mooncake_py.rules.elementwise import ew_pullback  # noqa: E402
+from mooncake_py.dual import dual, elementwise as ew
+from mooncake_py.rules.derivative_table import TABLE
+from mooncake_py.rules.elementwise import ew_pullback
 
 
 def best_time(fn, budget=0.3, max_reps=200):
@@ -165,7 +165,7 @@ def crossover():
 def table_hvp(n):
     """End to end: ``jvp(grad(f))`` (forward-over-reverse) against ``grad(f)`` alone."""
     import mooncake_py as mp
-    from mooncake_py.forward_api import jvp
+    from mooncake_py.transforms.forward import jvp
 
     rng = np.random.default_rng(3)
     x, v = rng.uniform(-1, 1, n), rng.standard_normal(n)
@@ -190,7 +190,7 @@ import time, sys
 t0 = time.perf_counter()
 import mooncake_py
 t1 = time.perf_counter()
-import mooncake_py.forward_api
+import mooncake_py.transforms.forward
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t0, 'numba' in sys.modules)
 """

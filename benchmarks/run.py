@@ -97,7 +97,7 @@ _DEFAULT_BLAS = []  # (set_num_threads, count) of each OpenBLAS before the run p
 def _openblas_handles():
     """mooncake_py's ctypes handles on every loaded OpenBLAS (NumPy's, SciPy's)."""
     import scipy.linalg  # noqa: F401  (loads SciPy's own OpenBLAS, so that it is pinned too)
-    from mooncake_py.blas_threads import _handles
+    from mooncake_py.core.blas_threads import _handles
     return [(get, put) for _, get, put in _handles()]
 
 

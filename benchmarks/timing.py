@@ -113,7 +113,7 @@ def machine_info(versions=None):
     except OSError:
         pass
     try:
-        from mooncake_py import allocator
+        from mooncake_py.core import allocator
         info["malloc"] = allocator.state()
     except ImportError:  # pragma: no cover - an older mooncake_py
         pass

@@ -5,32 +5,61 @@ Example:
     >>> mp.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
 """
-from .errors import (MooncakeError, MissingRuleError, ReverseOverReverseError, OutputTypeError,
-                     NonDifferentiableInputError, PreparedCacheSpecError, TrackingLostError,
-                     MutationError, RuleError, TangentError, MixedArrayModulesError,
-                     ArgumentError, EscapedValueError, MissingMethodError)
+from . import linalg, registration, special
 from .config import Config
-from .rules import rrule, frule, defvjp, primitive, zero_derivative, stop_gradient, composite
+from .core.allocator import tune as tune_allocator
+from .core.pytree import ravel_pytree, register_pytree_node
+from .dual import DualArray, dual, primal, tangent
+from .errors import (
+    ArgumentError,
+    EscapedValueError,
+    MissingMethodError,
+    MissingRuleError,
+    MixedArrayModulesError,
+    MooncakeError,
+    MutationError,
+    NonDifferentiableInputError,
+    OutputTypeError,
+    PreparedCacheSpecError,
+    ReverseOverReverseError,
+    RuleError,
+    TangentError,
+    TrackingLostError,
+)
+from .operators import hessian_operator, hessp
+from .rules import composite, defvjp, frule, primitive, rrule, stop_gradient, zero_derivative
+from .sparse import (
+    hessian_sparsity,
+    jacobian_sparsity,
+    prepare_sparse_hessian_cache,
+    prepare_sparse_jacobian_cache,
+    sparse_hessian,
+    sparse_jacobian,
+    value_and_sparse_jacobian,
+    value_gradient_and_sparse_hessian,
+)
 from .tape import Tape, TrackedArray
-from .api import grad, value_and_grad, vjp
+from .transforms.caches import (
+    prepare_gradient_cache,
+    prepare_pullback_cache,
+    value_and_gradient,
+    value_and_pullback,
+)
+from .transforms.forward import jacobian, jvp, prepare_derivative_cache, value_and_derivative
+from .transforms.reverse import grad, value_and_grad, vjp
+from .transforms.second_order import (
+    hessian,
+    hvp,
+    prepare_hessian_cache,
+    prepare_hvp_cache,
+    value_and_hvp,
+    value_gradient_and_hessian,
+)
+from .transforms.warmup import warmup
 
 __version__ = "0.1.0"
-from .allocator import tune as tune_allocator  # noqa: E402
-from . import special, linalg  # noqa: E402  (public namespaces of wrapped scipy functions)
-from .caches import (prepare_gradient_cache, value_and_gradient,  # noqa: E402
-                     prepare_pullback_cache, value_and_pullback)
-from .dual import DualArray, dual, primal, tangent  # noqa: E402
-from .forward_api import (jvp, jacobian, prepare_derivative_cache,  # noqa: E402
-                          value_and_derivative)
-from .second_order import (hvp, hessian, prepare_hvp_cache, value_and_hvp,  # noqa: E402
-                           prepare_hessian_cache, value_gradient_and_hessian)
-from .pytree import register_pytree_node, ravel_pytree  # noqa: E402
-from .operators import hessp, hessian_operator  # noqa: E402
-from .dual.kernels_cpu import warmup  # noqa: E402
-from .sparse import (sparse_hessian, sparse_jacobian, hessian_sparsity,  # noqa: E402
-                     jacobian_sparsity, prepare_sparse_hessian_cache,
-                     value_gradient_and_sparse_hessian, prepare_sparse_jacobian_cache,
-                     value_and_sparse_jacobian)
+
+registration.install()  # hooks between the layers, once every rule is registered
 
 # The public API, what `from mooncake_py import *` and dir(mooncake_py) show. It is a literal
 # list because type checkers read it to know what the package re-exports (mypy --strict does

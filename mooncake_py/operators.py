@@ -13,11 +13,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .api import _fname, is_float_leaf, _leaf_error
-from .errors import TangentError
-from .pytree import flatten, ravel_pytree
-from .second_order import hvp, DEFAULT_CHUNK
 from .config import current_config
+from .core.arguments import fname, is_float_leaf, leaf_error
+from .core.pytree import flatten, ravel_pytree
+from .errors import TangentError
+from .transforms.second_order import DEFAULT_CHUNK, hvp
 
 
 def _direction(f, x, p):
@@ -27,7 +27,7 @@ def _direction(f, x, p):
     kind = p.dtype.kind
     if kind == "c" or kind not in "biuf":
         raise TangentError(
-            f"the direction given for the Hessian of {_fname(f)} has dtype {p.dtype}; it must be "
+            f"the direction given for the Hessian of {fname(f)} has dtype {p.dtype}; it must be "
             f"real (it is cast to x's dtype {x.dtype}). Complex Hessian products are not "
             "supported.")
     return p if p.dtype == x.dtype else p.astype(x.dtype)
@@ -64,14 +64,14 @@ class _Products:
                 out.append(np.transpose(np.reshape(hv, (block.shape[1], n))))
             return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
         raise TangentError(
-            f"the direction given for the Hessian of {_fname(f)} has shape {ps}; x has shape "
+            f"the direction given for the Hessian of {fname(f)} has shape {ps}; x has shape "
             f"{xs} ({n} entries), so a direction is shaped {xs}, ({n},) or ({n}, 1), or a block "
             f"of k directions is ({n}, k).")
 
 
 def _check_x(f, x):
     if not is_float_leaf(x):
-        raise _leaf_error(f, 0, x)
+        raise leaf_error(f, 0, x)
     return np.float64(x) if type(x) is float else x
 
 
@@ -100,7 +100,7 @@ def hessp(f: Callable[..., Any]) -> Callable[..., Any]:
     def hessp_f(x, p, *args):
         return products.apply(_check_x(f, x), p, args)
     hessp_f.__name__ = f"hessp_{getattr(f, '__name__', 'f')}"
-    hessp_f.__doc__ = f"H·p for {_fname(f)}: hessp(x, p, *args) (SciPy's order)."
+    hessp_f.__doc__ = f"H·p for {fname(f)}: hessp(x, p, *args) (SciPy's order)."
     return hessp_f
 
 
@@ -142,7 +142,7 @@ def hessian_operator(f: Callable[..., Any], x: Any, *args: Any) -> Any:
 
         def f(v, *a):  # noqa: F811  (the same function, on the flat vector)
             return g(unravel(v), *a)
-        f.__qualname__ = _fname(g)
+        f.__qualname__ = fname(g)
         x = flat
     x = _check_x(f, x)
     products = _Products(f)

@@ -11,8 +11,11 @@ import copy
 
 import numpy as np
 
-from .api import vjp, grad, is_float_leaf
-from .pytree import flatten
+from .core.arguments import is_float_leaf
+from .core.pytree import flatten
+from .dual import DualArray, Tag
+from .transforms.forward import jvp
+from .transforms.reverse import grad, vjp
 
 _STEPS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
 
@@ -286,7 +289,6 @@ def _lane(t, l, lanes):
 
 
 def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
-    from .forward_api import jvp
     f, leaves, tree, pos, rtol, atol = _setup(fn, args, kwargs, rtol, atol)
     before = copy.deepcopy(args)
     y_plain = f(*args)
@@ -346,7 +348,6 @@ def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
 
 
 def _check_forward_over_reverse(fn, args, kwargs, rtol, atol, rng):
-    from .dual import DualArray, Tag
     f, leaves, tree, pos, rtol, atol = _setup(fn, args, kwargs, rtol, atol)
     ybar, otree = _random_cotangent(f(*args), rng)
     seed = otree.unflatten(ybar)

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from mooncake_py import allocator
+from mooncake_py.core import allocator
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 _FAULTS = """
 import resource, numpy as np, mooncake_py as mp
-from mooncake_py import allocator
+from mooncake_py.core import allocator
 def f(x):
     d = np.log(np.abs(x) + 1.0)
     return np.sum(-d - 0.5 * (d - x[0]) ** 2 / (2.0 + x[1] ** 2))
@@ -42,7 +42,7 @@ def _run(code, *args, **env):
 
 
 def test_import_changes_nothing():
-    state, _ = _run("import mooncake_py; from mooncake_py import allocator; "
+    state, _ = _run("import mooncake_py; from mooncake_py.core import allocator; "
                     "print(allocator.state(), 0)")
     assert state == "not tuned yet"
 

@@ -9,7 +9,7 @@ import pytest
 
 import mooncake_py as mp
 from benchmarks.suite import CASES
-from mooncake_py.tape import compiled
+from mooncake_py.replay import compiled, compiling
 
 pytest.importorskip("numba")
 
@@ -177,7 +177,7 @@ def test_cache_pickles_with_its_compile_flag_and_errors_leave_it_working():
     x = np.array([0.3, 0.7])
     f = lambda x: np.sin(x[0]) * x[1]  # noqa: E731
     back = pickle.loads(pickle.dumps(mp.prepare_hvp_cache(np.prod, x, compile=True)))
-    assert back._compile is True and type(back._replay) is compiled.CompilingReplayer
+    assert back._compile is True and type(back._replay) is compiling.CompilingReplayer
     c = mp.prepare_hvp_cache(f, x, compile=True)
     for _ in range(2):
         mp.value_and_hvp(c, f, x, x)

@@ -8,7 +8,7 @@ import pytest
 import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
-from mooncake_py.tape import compiled
+from mooncake_py.replay import compiled
 
 pytest.importorskip("numba")
 

@@ -11,7 +11,7 @@ import pytest
 
 import mooncake_py as mp
 from benchmarks.suite import CASES
-from mooncake_py.tape import compiled
+from mooncake_py.replay import compiled, compiling
 
 pytest.importorskip("numba")
 
@@ -117,7 +117,7 @@ def test_cache_is_pickled_with_its_compile_flag():
     import pickle
     back = pickle.loads(pickle.dumps(mp.prepare_gradient_cache(np.sum, np.ones(2),
                                                                compile=True)))
-    assert back._compile is True and type(back._replay) is compiled.CompilingReplayer
+    assert back._compile is True and type(back._replay) is compiling.CompilingReplayer
     for _ in range(2):
         y, (g,) = mp.value_and_gradient(back, np.sum, np.ones(2))
     assert y == 2.0 and g.tolist() == [1.0, 1.0]
@@ -126,7 +126,7 @@ def test_cache_is_pickled_with_its_compile_flag():
 _CHILD = textwrap.dedent("""
     import json, sys, numpy as np, mooncake_py as mp
     from benchmarks.suite import _sum_sin_1000
-    from mooncake_py.tape import compiled
+    from mooncake_py.replay import compiled
     f = lambda x: _sum_sin_1000(np, x)
     x = np.random.default_rng(1).standard_normal(1000)
     c = mp.prepare_gradient_cache(f, x, compile=True)

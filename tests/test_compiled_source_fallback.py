@@ -7,8 +7,8 @@ import pytest
 import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
-from mooncake_py.tape import compiled, replay
-from mooncake_py.tape.source_replay import SourcePlan
+from mooncake_py.replay import compiled, plans as replay
+from mooncake_py.replay.source import SourcePlan
 
 
 def _naive_map_inputs():

@@ -7,16 +7,15 @@ import pytest
 
 import mooncake_py as mp
 from mooncake_py.config import Config
-from mooncake_py.dispatch import WRAPPER_TYPES
+from mooncake_py.core.dispatch import WRAPPER_TYPES
 from mooncake_py.dual import DualArray, dual, primal, tangent, elementwise as ew
 from mooncake_py.dual import core_rules, kernels_cpu
-from mooncake_py.errors import (MissingRuleError, MutationError, NonDifferentiableInputError,
-                                RuleError, TangentError, TrackingLostError)
-from mooncake_py.forward_api import jvp
+from mooncake_py.errors import MissingRuleError, MutationError, NonDifferentiableInputError, RuleError, TangentError, TrackingLostError
+from mooncake_py.transforms.forward import jvp
 from mooncake_py.rules import lanes as L
 from mooncake_py.rules.cotangents import scatter_add
 from mooncake_py.rules.registry import FRULES, FRULE_LANES, frule, primitive
-from mooncake_py.rules.shape import astype
+from mooncake_py.core.array_ops import astype
 from mooncake_py.tape import Tape
 from mooncake_py.testing import test_rule
 

@@ -14,7 +14,7 @@ import mooncake_py as mp
 from mooncake_py.dual import core_rules
 from mooncake_py.dual.dual_array import DualArray, Tag, _run_rule
 from mooncake_py.rules.cotangents import scatter_add
-from mooncake_py.tape import dual_scalars
+from mooncake_py.mixed import dual_scalars
 
 RNG = np.random.default_rng(7)
 
@@ -193,8 +193,8 @@ def test_fortran_ordered_result_gets_a_c_ordered_tangent_when_the_primal_is():
 
 
 # --- sums over axes and views of duals without lanes ---------------------------------------------
-from mooncake_py.dual.core_rules import _sum_frule, _sum_native, _VIEW_NATIVES  # noqa: E402
-from mooncake_py.rules.registry import FRULES  # noqa: E402
+from mooncake_py.dual.core_rules import _sum_frule, _sum_native, _VIEW_NATIVES
+from mooncake_py.rules.registry import FRULES
 
 
 def _layouts(shape):
@@ -290,9 +290,9 @@ def test_hvp_through_axis_sums_and_views_matches_the_hessian():
 
 
 # --- unary ops on dual arrays keeping their derivative for the pullback ---------------------------
-from mooncake_py.dual import dual_array, elementwise  # noqa: E402
-from mooncake_py.rules.derivative_table import BY_UFUNC  # noqa: E402
-from mooncake_py.rules.elementwise import ew_pullback  # noqa: E402
+from mooncake_py.dual import dual_array, elementwise
+from mooncake_py.rules.derivative_table import BY_UFUNC
+from mooncake_py.rules.elementwise import ew_pullback
 
 _KEEPING = [uf for uf, e in BY_UFUNC.items()
             if e.nin == 1 and elementwise.reusing_programs(e)[0] is not None]

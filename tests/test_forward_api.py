@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py.errors import (NonDifferentiableInputError, OutputTypeError,
-                                PreparedCacheSpecError, TangentError, TrackingLostError)
-from mooncake_py.forward_api import jacobian, jvp, prepare_derivative_cache, value_and_derivative
+from mooncake_py.errors import NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError, TangentError, TrackingLostError
+from mooncake_py.transforms.forward import jacobian, jvp, prepare_derivative_cache, value_and_derivative
 from mooncake_py.rules.registry import frule, primitive, rrule
 from mooncake_py.testing import test_rule
 

@@ -8,7 +8,7 @@ import pytest
 import mooncake_py as mp
 from mooncake_py.dual import dual, primal, tangent
 from mooncake_py.rules.registry import FRULES, FRULE_LANES
-from mooncake_py.rules.shape import astype
+from mooncake_py.core.array_ops import astype
 from mooncake_py.tape import Tape
 from mooncake_py.testing import test_rule
 

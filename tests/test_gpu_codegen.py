@@ -5,7 +5,7 @@
 2. The same sources compiled as C++ for the host and run with ElementwiseKernel's semantics
    (``tests/gpu/fake_device.py``), against the CPU path; the device special functions against
    scipy.
-3. The array-module helper (``mooncake_py.array_module``) with NumPy, and with the fake device
+3. The array-module helper (``mooncake_py.core.array_module``) with NumPy, and with the fake device
    for what needs a device type.
 4. The GPU checks of ``tests/gpu`` (seed HVP, API, Hessian, benchmark suite) on the fake
    device, whose arrays refuse to mix with NumPy arrays: a host array created anywhere fails.
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py import array_module as am
+from mooncake_py.core import array_module as am
 from mooncake_py.dual import codegen, elementwise as ew, kernels_gpu
 from mooncake_py.rules.derivative_table import TABLE, load_scipy
 

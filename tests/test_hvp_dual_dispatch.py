@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py.dispatch import dispatch
+from mooncake_py.core.dispatch import dispatch
 from mooncake_py.dual.dual_array import DualArray, Tag
 from mooncake_py.errors import EscapedValueError
 

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py import second_order
-from mooncake_py.errors import (EscapedValueError, OutputTypeError, TangentError,
-                                NonDifferentiableInputError)
+from mooncake_py.transforms import second_order
+from mooncake_py.errors import EscapedValueError, OutputTypeError, TangentError, NonDifferentiableInputError
 
 rng = np.random.default_rng(7)
 

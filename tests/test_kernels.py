@@ -256,7 +256,7 @@ def test_fused_frules_against_finite_differences(monkeypatch, name):
 # --- laziness -----------------------------------------------------------------------------------
 _LAZY = """
 import sys, numpy as np
-import mooncake_py, mooncake_py.forward_api as fa
+import mooncake_py, mooncake_py.transforms.forward as fa
 from mooncake_py.dual import kernels_cpu
 assert 'numba' not in sys.modules, 'importing mooncake_py imported numba'
 fa.jvp(np.tanh, (np.ones(10),), (np.ones(10),))

@@ -145,7 +145,7 @@ def test_division_by_python_zero_follows_numpy():
 
 # --- BLAS threads: medium-sized linear algebra runs on one OpenBLAS thread -------------------
 def test_single_threaded_nests_and_restores():
-    from mooncake_py import blas_threads as bt
+    from mooncake_py.core import blas_threads as bt
     original = [get() for _, get, _ in bt._handles()]
     try:
         for _, _, put in bt._handles():  # (conftest pins one thread: make the limit visible)
@@ -166,7 +166,7 @@ def test_single_threaded_nests_and_restores():
 
 
 def test_single_threaded_restores_after_an_error():
-    from mooncake_py import blas_threads as bt
+    from mooncake_py.core import blas_threads as bt
     before = [get() for _, get, _ in bt._handles()]
     with pytest.raises(np.linalg.LinAlgError):
         with bt.single_threaded():
@@ -175,7 +175,7 @@ def test_single_threaded_restores_after_an_error():
 
 
 def test_small_decides_by_size():
-    from mooncake_py.blas_threads import small, single_threaded
+    from mooncake_py.core.blas_threads import small, single_threaded
     one = single_threaded("numpy")
     assert small(np.ones((64, 64)), np.ones(64)) is one
     assert small(np.ones((4, 4))) is not one          # tiny: OpenBLAS stays serial anyway

@@ -22,7 +22,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st, HealthCheck  # noqa: E402
 
 import mooncake_py as mp  # noqa: E402
-from mooncake_py.dual import elementwise as ew  # noqa: E402
+from mooncake_py.dual import elementwise as ew
 
 N = 3
 A = np.array([[0.5, -1.0, 0.25], [0.0, 0.75, -0.5], [1.0, 0.2, 0.3]])

@@ -10,7 +10,7 @@ import pytest
 import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
-from mooncake_py.tape import replay
+from mooncake_py.replay import plans as replay
 
 
 def _fresh(f, args, nums):

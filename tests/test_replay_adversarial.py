@@ -13,9 +13,9 @@ import pytest
 
 import mooncake_py as mp
 from mooncake_py.testing import fd_gradient
-import mooncake_py.second_order as so
-from mooncake_py.tape import source_replay as sr
-from mooncake_py.tape.source_replay import SourceReplayer
+import mooncake_py.transforms.second_order as so
+from mooncake_py.replay import source as sr
+from mooncake_py.replay.source import SourceReplayer
 
 
 def _inputs(shape, n=3, seed=0):

@@ -8,8 +8,8 @@ import pytest
 import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
-from mooncake_py.second_order import _replayed_hvp_one
-from mooncake_py.tape import replay
+from mooncake_py.transforms.second_order import _replayed_hvp_one
+from mooncake_py.replay import plans as replay
 
 
 @pytest.fixture(autouse=True)
@@ -17,9 +17,9 @@ def _python_dual_replay(monkeypatch):
     """These tests are about the Python replay of dual plans, which must stay bitwise; the
     default HVP cache runs scalar runs as generated source instead (equal to rounding:
     tests/test_source_replay.py)."""
-    from mooncake_py.second_order import HVPCache
+    from mooncake_py.transforms.second_order import HVPCache
     monkeypatch.setattr(HVPCache, "_new_replay", lambda self: (
-        __import__("mooncake_py.tape.compiled", fromlist=["x"]).CompilingReplayer(
+        __import__("mooncake_py.replay.compiling", fromlist=["x"]).CompilingReplayer(
             dual=True, kind="hvp") if self._compile else replay.Replayer(dual=True, kind="hvp")))
 
 

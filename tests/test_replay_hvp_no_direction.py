@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py.tape.source_replay import SourcePlan
+from mooncake_py.replay.source import SourcePlan
 
 
 def _array_ops(x, a):

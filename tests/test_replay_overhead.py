@@ -8,7 +8,7 @@ import pytest
 
 import mooncake_py as mp
 from mooncake_py.errors import PreparedCacheSpecError
-from mooncake_py.tape import replay
+from mooncake_py.replay import plans as replay
 
 
 def _f(x, w, c):

@@ -11,7 +11,7 @@ import mooncake_py as mp
 from mooncake_py.errors import PreparedCacheSpecError, TangentError
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
-from mooncake_py.tape import replay as replay_module
+from mooncake_py.replay import plans as replay_module
 
 
 def _close(a, b):

@@ -10,8 +10,8 @@ import pytest
 
 import mooncake_py as mp
 from mooncake_py.errors import MutationError
-from mooncake_py.tape import replay as replay_module
-from mooncake_py.tape.replay_writes import _VIEW_WRITE, _WRITE
+from mooncake_py.replay import plans as replay_module
+from mooncake_py.replay.writes import _VIEW_WRITE, _WRITE
 
 
 def _equal(a, b):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py.forward_api import jvp
+from mooncake_py.transforms.forward import jvp
 from mooncake_py.rules import FRULES
 from mooncake_py.testing import test_rule
 

@@ -6,9 +6,9 @@ import pytest
 sla = pytest.importorskip("scipy.linalg")
 
 import mooncake_py as mp  # noqa: E402
-from mooncake_py.scipy import linalg as L  # noqa: E402
-from mooncake_py.rules import linear_algebra as la  # noqa: E402
-from mooncake_py.testing import test_rule, check_grads  # noqa: E402
+from mooncake_py.scipy import linalg as L
+from mooncake_py.rules import linear_algebra as la
+from mooncake_py.testing import test_rule, check_grads
 
 RNG = np.random.default_rng(7)
 

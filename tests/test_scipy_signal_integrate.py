@@ -7,8 +7,8 @@ ss = pytest.importorskip("scipy.signal")
 si = pytest.importorskip("scipy.integrate")
 
 import mooncake_py as mp  # noqa: E402
-from mooncake_py.scipy import signal, integrate  # noqa: E402
-from mooncake_py.testing import test_rule, check_grads  # noqa: E402
+from mooncake_py.scipy import signal, integrate
+from mooncake_py.testing import test_rule, check_grads
 
 RNG = np.random.default_rng(11)
 

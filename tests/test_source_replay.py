@@ -11,8 +11,8 @@ import pytest
 import mooncake_py as mp
 from benchmarks.namespaces import numpy_namespace
 from benchmarks.suite import CASES
-from mooncake_py.tape import source_replay as sr
-from mooncake_py.tape.replay import Plan, PullbackReplayer, Replayer
+from mooncake_py.replay import source as sr
+from mooncake_py.replay.plans import Plan, PullbackReplayer, Replayer
 
 
 def _pair(f, args, nums=(0,)):
@@ -489,7 +489,7 @@ def test_code_cache_is_evicted_least_recently_used_first(tmp_path, monkeypatch):
 def test_hessian_lanes_stay_python_replay(monkeypatch):
     # a Hessian cache's duals carry lanes (one tangent per direction): nothing is generated
     # for them, the replayer keeps the plain plan
-    import mooncake_py.second_order as so
+    import mooncake_py.transforms.second_order as so
     monkeypatch.setattr(so, "Replayer", sr.SourceReplayer)
     x = np.linspace(0.2, 1.4, 6)
     c = mp.prepare_hessian_cache(_loop, x)

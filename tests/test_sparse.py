@@ -11,9 +11,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 import mooncake_py as mp
 from mooncake_py.sparse import DenseFallbackWarning
-from mooncake_py.sparse.coloring import (column_coloring, greedy_coloring, is_column_coloring,
-                                         is_star_coloring, largest_first_order, row_coloring,
-                                         star_coloring)
+from mooncake_py.sparse.coloring import column_coloring, greedy_coloring, is_column_coloring, is_star_coloring, largest_first_order, row_coloring, star_coloring
 from benchmarks.sparse import PROBLEMS, problem
 
 SETTINGS = settings(max_examples=25, deadline=None,

@@ -7,11 +7,12 @@ Every other family's frules live beside its rrules in ``rules/*.py``.
 """
 import numpy as np
 
+from ..core.array_ops import astype
 from ..rules.broadcasting import shape_of
 from ..rules.cotangents import scatter_add
 from ..rules.lanes import align, expand_ellipsis, nlanes
 from ..rules.registry import FRULES, frule
-from ..rules.shape import astype
+from .dual_array import _run_rule
 
 
 def _nd(x):
@@ -124,7 +125,6 @@ def _clip(primals, tangents, **kw):
 # The last op of nearly every loss, and the op every HVP of such a loss ends its recording
 # with: the registered lane-aware frule costs ~10 µs of calls and reshapes around two
 # reductions. A plain call (no keywords, NumPy arrays) reduces primal and tangent directly.
-from .dual_array import _run_rule  # noqa: E402
 
 _sum_frule = FRULES[np.sum]
 _add_reduce = np.add.reduce
@@ -228,5 +228,3 @@ _VIEW_NATIVES = {fn: _same_view(fn, n) for fn, n in ((np.swapaxes, 3), (np.movea
                                                       (np.expand_dims, 2), (np.transpose, 2),
                                                       (np.reshape, 2))}
 
-from . import lean  # noqa: E402
-lean._natives_loaded()  # (its np.sum / np.reshape short forms stand in for the natives above)

@@ -1,7 +1,7 @@
 """DualArray: a primal value and its tangent(s), and the forward-mode dispatch.
 
 Every NumPy entry point on a DualArray reaches :meth:`DualArray._mc_apply` (through
-:func:`mooncake_py.dispatch.dispatch`, which picks the innermost transformation). It unwraps the
+:func:`mooncake_py.core.dispatch.dispatch`, which picks the innermost transformation). It unwraps the
 duals of its own *tag* into primals and tangents, calls the function's frule from
 ``rules.registry.FRULES``, and wraps float outputs back into duals of the same tag.
 
@@ -16,21 +16,41 @@ import operator
 
 import numpy as np
 
-from ..array_ops import (ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost,
-                         write_out)
-from ..arguments import kwargs_to_positional, missing_rule_message
 from ..config import _CONFIG as _DEBUG
-from ..dispatch import dispatch, new_level, WRAPPER_TYPES
-from ..errors import (EscapedValueError, MissingRuleError, MutationError,
-                      NonDifferentiableInputError, RuleError, TangentError, TrackingLostError,
-                      escaped_message)
+from ..core.arguments import kwargs_to_positional
+from ..core.array_ops import (
+    WRITTEN_INTO_PLAIN,
+    ArrayOps,
+    buffer_root,
+    has_buffer,
+    innermost,
+    write_out,
+)
+from ..core.dispatch import WRAPPER_TYPES, dispatch, new_level
+from ..errors import (
+    EscapedValueError,
+    MissingRuleError,
+    MutationError,
+    NonDifferentiableInputError,
+    RuleError,
+    TangentError,
+    TrackingLostError,
+    escaped_message,
+)
 from ..rules.broadcasting import shape_of
+from ..rules.complex import check_complex_call, has_complex
+from ..rules.derivative_table import load_for
 from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like, zero_tangent
-from ..rules.registry import FRULES, FRULE_LANES, ZERO_DERIVATIVE, COMPOSITES, fn_name
-from ..rules.complex import check_complex_call, has_complex
-from ..rules.derivative_table import load_for
+from ..rules.registry import (
+    COMPOSITES,
+    FRULE_LANES,
+    FRULES,
+    ZERO_DERIVATIVE,
+    fn_name,
+    missing_rule_message,
+)
 
 _SEQ = (list, tuple)
 _F64 = np.float64
@@ -693,3 +713,22 @@ def tangent(x):
     if type(x) is DualArray:
         return x._tangent
     return np.zeros_like(x) if _is_float(x) else None
+
+
+_NDARRAY = np.ndarray
+
+
+def fresh(y, ty, tangents):
+    """Whether ``wrap_result`` pairs ``(y, ty)`` as they are: a fresh float result and a fresh
+    tangent of its dtype that is no input's tangent (nor the buffer under one), laid out
+    C-first where the result is (``_paired``'s first test and its ``_wrap``'s)."""
+    if type(y) is not _NDARRAY or type(ty) is not _NDARRAY or y.base is not None or \
+            ty.base is not None or ty.dtype is not y.dtype or y.dtype.kind != "f":
+        return False
+    tf = ty.flags
+    if not tf.writeable or not (tf.c_contiguous or not y.flags.c_contiguous):
+        return False
+    for t in tangents:
+        if t is ty or (type(t) is _NDARRAY and t.base is not None and buffer_root(t) is ty):
+            return False
+    return True

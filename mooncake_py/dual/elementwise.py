@@ -24,17 +24,18 @@ import os
 
 import numpy as np
 
-from ..array_module import device_module
-from ..rules.derivative_table import NP_VOCABULARY, on_new_entries, constant_input_message
-from ..errors import MissingRuleError
-from ..rules.elementwise import ew_pullback
-from ..rules.broadcasting import shape_of
-from ..rules.lanes import align
-from ..rules.registry import FRULES, FRULE_LANES
-from ..rules.complex import abs_frule
-from . import codegen, kernels_gpu
-from .dual_array import DualArray, KEPT, KEPT_PULLBACK, wrap_result
 from ..config import _CONFIG as _DEBUG
+from ..core.array_module import device_module
+from ..errors import MissingRuleError
+from ..rules.broadcasting import shape_of
+from ..rules.complex import abs_frule
+from ..rules.derivative_table import NP_VOCABULARY, constant_input_message, on_new_entries
+from ..rules.elementwise import ew_pullback
+from ..rules.lanes import align
+from ..rules.registry import FRULE_LANES, FRULES
+from . import codegen, kernels_gpu
+from .dual_array import KEPT, KEPT_PULLBACK, DualArray, fresh, wrap_result
+from .kernels_cpu import get_kernel
 
 # Elements below which the NumPy composition path is used. benchmarks/kernels.py measures the
 # crossover at 0.5k-16k elements depending on the op (a fused call costs ~4 µs more in fixed
@@ -105,7 +106,6 @@ class Program:
     def kernel(self, dtype, scalars):
         """The numba kernel for ``dtype`` (a name) with the inputs in ``scalars`` passed as
         numbers (compiled, or loaded from numba's disk cache, on its first call)."""
-        from .kernels_cpu import get_kernel
         _, kir = self.kernel_parts()
         fname = f"{self.name}_{dtype}" + "".join("_s" + s for s in sorted(scalars))
         return get_kernel(codegen.numba_source(kir, fname, scalars, dtype), fname)
@@ -502,7 +502,7 @@ def _kept_pullback(tag, args):
     out = fn(kept[2], pa, py, gp, ta, tg)
     r = _cast(out[0], dt)
     tr = _cast(out[1], dt) if has_tangent else None
-    if not _DEBUG.get().debug_mode and lean.fresh(r, tr, (tg, ta, y._tangent)):
+    if not _DEBUG.get().debug_mode and fresh(r, tr, (tg, ta, y._tangent)):
         return DualArray(r, tr, tag)  # (what wrap_result makes of a fresh pair)
     return wrap_result(ew_pullback, r, tr, [entry, k, gp, pa, py],
                        [None, None, tg, ta, y._tangent], tag)
@@ -574,4 +574,3 @@ KEPT_PULLBACK[:] = [ew_pullback, _kept_pullback]
 # |z| of a complex z is not holomorphic: complex inputs take rules.complex's frule (NumPy only).
 FRULES[np.absolute] = _lane_wrapper(abs_frule(FRULES[np.absolute]._mc_native))
 
-from . import lean  # noqa: E402,F401  (sets dual_array.LEAN_OPS)

@@ -8,7 +8,7 @@ pullback (``r`` and ``ṙ`` from ``g, ġ, a, ȧ, y``) is one pass over memory, e
 
 Kernels are created on first use, one per program and lane mode (CuPy compiles each per dtype
 on its first call and caches the binary on disk). The array module is the operands' own
-(``cupy``, or any module registered with :func:`mooncake_py.array_module.register` that
+(``cupy``, or any module registered with :func:`mooncake_py.core.array_module.register` that
 provides ``ElementwiseKernel``), so this file never imports CuPy itself.
 
 A call returns None when the operands do not suit a kernel (mixed or non-float dtypes, keyword
@@ -18,7 +18,7 @@ calls CuPy executes on the device too.
 """
 import numpy as np
 
-from ..array_module import module_of
+from ..core.array_module import module_of
 from ..rules.lanes import align
 from . import codegen
 

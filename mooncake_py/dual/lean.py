@@ -16,7 +16,7 @@ It runs the same programs (the same generated NumPy statements, the same numba k
 same arguments) in the same order, so the numbers are bitwise the general path's; anything it
 does not recognise returns None and the caller takes the general path.
 
-Entry points (set into ``dual_array``'s hook lists at import, so ``rules/`` stays free of the
+Entry points (set into ``dual_array``'s hook lists by :func:`install`, so ``rules/`` stays free of the
 dual layer and the plain reverse path pays nothing): :func:`unary` and :func:`binary` (the
 operators and ``__array_ufunc__`` of a dual), :func:`pullback` (``ew_pullback`` dispatched to a
 dual: the sweep's ``ḡ·f'(x)``), :func:`array_function` (``np.sum``/``np.reshape`` of a dual:
@@ -28,12 +28,21 @@ import math
 import numpy as np
 
 from ..config import _CONFIG as _DEBUG
-from ..array_ops import buffer_root
+from ..core.array_ops import buffer_root
+from ..rules.derivative_table import Entry as _ENTRY
 from ..rules.derivative_table import on_new_entries
+from ..rules.elementwise import ew_pullback
 from ..rules.registry import FRULES
 from . import elementwise as ew
-from .dual_array import (DualArray, KEPT_PULLBACK, LEAN_FUNCTIONS, LEAN_OPS, _own_operands,
-                         wrap_result)
+from .dual_array import (
+    KEPT_PULLBACK,
+    LEAN_FUNCTIONS,
+    LEAN_OPS,
+    DualArray,
+    _own_operands,
+    fresh,
+    wrap_result,
+)
 
 _NDARRAY = np.ndarray
 _F64 = np.float64
@@ -271,22 +280,6 @@ def unary(tag, uf, x):
     if getattr(ty, "dtype", None) != dt:
         ty = ew._cast(ty, dt)
     return _wrapped(uf, y, ty, a, None, ta, None, tag)
-
-
-def fresh(y, ty, tangents):
-    """Whether ``wrap_result`` pairs ``(y, ty)`` as they are: a fresh float result and a fresh
-    tangent of its dtype that is no input's tangent (nor the buffer under one), laid out
-    C-first where the result is (``_paired``'s first test and its ``_wrap``'s)."""
-    if type(y) is not _NDARRAY or type(ty) is not _NDARRAY or y.base is not None or \
-            ty.base is not None or ty.dtype is not y.dtype or y.dtype.kind != "f":
-        return False
-    tf = ty.flags
-    if not tf.writeable or not (tf.c_contiguous or not y.flags.c_contiguous):
-        return False
-    for t in tangents:
-        if t is ty or (type(t) is _NDARRAY and t.base is not None and buffer_root(t) is ty):
-            return False
-    return True
 
 
 def _wrapped(uf, y, ty, a, b, ta, tb, tag, kept=None):
@@ -578,22 +571,20 @@ def array_function(d, func, args, kwargs):
     return None
 
 
-from ..rules.elementwise import ew_pullback  # noqa: E402
-from ..rules.derivative_table import Entry as _ENTRY  # noqa: E402
 
 _add_reduce = np.add.reduce
 _np_sum, _np_reshape = np.sum, np.reshape
 _SUM_RULE = FRULES[np.sum]
 _RESHAPE_RULE = FRULES[np.reshape]
-# (the natives of core_rules, set when it is imported, after this module)
+# (the natives core_rules.py puts on the registered frules, read by install())
 _SUM_NATIVE, _RESHAPE_NATIVE = [object()], [object()]
 
 
-def _natives_loaded():
+def install():
+    """Set this module's entry points into ``dual_array``'s hook lists (idempotent;
+    mooncake_py/registration.py calls it once every rule is registered)."""
     _SUM_NATIVE[0] = getattr(_SUM_RULE, "_mc_native", None)
     _RESHAPE_NATIVE[0] = getattr(_RESHAPE_RULE, "_mc_native", None)
-
-
-LEAN_OPS[:] = [unary, binary]
-KEPT_PULLBACK[1] = pullback
-LEAN_FUNCTIONS[:] = [array_function]
+    LEAN_OPS[:] = [unary, binary]
+    KEPT_PULLBACK[1] = pullback
+    LEAN_FUNCTIONS[:] = [array_function]

@@ -1,19 +1,54 @@
-"""Rule tables. Importing this package registers every built-in rule; one module per family."""
-from .registry import (RRULES, FRULES, ZERO_DERIVATIVE, rrule, frule, defvjp, primitive,
-                       zero_derivative, stop_gradient, composite)
-# registration side effects: each module registers its family's rules
-from . import (derivative_table, elementwise, shape, reductions, indexing,  # noqa: F401
-               linear_algebra, special, mutation)
-from . import (differences, convolution, interpolation, sorting, construction,  # noqa: F401
-               ufunc_methods, statistics)
-from . import decompositions, signal  # noqa: F401
-from . import complex, fft  # noqa: F401,E402  (last: complex reads and overrides the families' rules)
+"""Rule tables: one module per family of functions, each registering its rules when imported.
 
-# Medium-sized BLAS/LAPACK calls in rules run on one OpenBLAS thread (see blas_threads.py).
-from ..blas_threads import limit_small_calls  # noqa: E402
-limit_small_calls(RRULES, FRULES)
+``registry.py`` holds the tables and the decorators (``rrule``, ``frule``, ``primitive``, ...),
+``derivative_table.py`` the scalar derivatives of the elementwise ops (both modes and the
+kernels are generated from it), and each family module the rules of its functions
+(``elementwise.py``, ``linear_algebra.py``, ``special.py``, ...). What must happen after every
+rule is registered (complex-number overrides, BLAS thread limits, the set of built-in rules) is
+in mooncake_py/registration.py.
+"""
+from . import (  # noqa: F401  (each family module registers its rules when imported)
+    broadcasting,
+    cholesky_blas,
+    complex,
+    construction,
+    convolution,
+    cotangents,
+    decompositions,
+    derivative_table,
+    differences,
+    elementwise,
+    fft,
+    indexing,
+    interpolation,
+    lanes,
+    linear_algebra,
+    mutation,
+    reductions,
+    shape,
+    signal,
+    sorting,
+    special,
+    statistics,
+    ufunc_methods,
+)
+from .registry import (
+    FRULES,
+    RRULES,
+    ZERO_DERIVATIVE,
+    composite,
+    defvjp,
+    frule,
+    primitive,
+    rrule,
+    stop_gradient,
+    zero_derivative,
+)
 
-# The rules shipped with mooncake_py (the derivative table's late scipy section included); the
-# tape checks the cotangents of every other one.
-BUILTIN_RRULES = set(RRULES)
-derivative_table.on_new_entries(lambda entries: BUILTIN_RRULES.update(e.ufunc for e in entries))
+# The rules shipped with mooncake_py, filled by mooncake_py/registration.py once they are all
+# registered (the derivative table's late scipy section is added as it loads); the tape checks
+# the cotangents of every other rule.
+BUILTIN_RRULES = set()
+
+__all__ = ["FRULES", "RRULES", "ZERO_DERIVATIVE", "BUILTIN_RRULES", "composite", "defvjp",
+           "frule", "primitive", "rrule", "stop_gradient", "zero_derivative"]

@@ -24,7 +24,7 @@ import weakref
 
 import numpy as np
 
-from ..blas_threads import small as small_blas
+from ..core.blas_threads import small as small_blas
 
 # Below this many rows the general path stays: SciPy's per-call cost (~3 µs a routine) is then
 # more than what the fused sequence saves.

@@ -23,12 +23,12 @@ import operator
 
 import numpy as np
 
+from ..core.array_ops import astype
 from ..errors import MissingRuleError
-from .registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name, frule, rrule
-from .mutation import MUTATORS
-from .shape import astype
 from .cotangents import scatter_add
 from .elementwise import ew_pullback
+from .mutation import MUTATORS
+from .registry import COMPOSITES, RRULES, ZERO_DERIVATIVE, fn_name, frule, rrule
 
 
 def is_complex(x):
@@ -68,11 +68,12 @@ for _name in ("matmul", "outer", "tensordot", "trace"):
     if hasattr(np.linalg, _name):
         HOLOMORPHIC.add(getattr(np.linalg, _name))
 
-STRUCTURAL = set(fn for fn, r in RRULES.items()
-                 if getattr(r, "__module__", None) == "mooncake_py.rules.shape")
-STRUCTURAL.update([operator.getitem, np.append, np.atleast_1d, np.atleast_2d, np.atleast_3d,
-                   np.broadcast_arrays, np.empty_like, np.zeros_like, np.ones_like, np.full_like,
-                   np.where, scatter_add])
+# The shape family's rules and these: they move values without arithmetic, so complex values
+# pass (filled by install(), once every family is registered).
+STRUCTURAL = set()
+_STRUCTURAL_FUNCTIONS = (operator.getitem, np.append, np.atleast_1d, np.atleast_2d,
+                         np.atleast_3d, np.broadcast_arrays, np.empty_like, np.zeros_like,
+                         np.ones_like, np.full_like, np.where, scatter_add)
 
 # Rules that look at the dtype of their inputs themselves (registered here and in
 # linear_algebra.py and fft.py).
@@ -316,19 +317,32 @@ def _sign_f(primals, tangents, **kw):
     return y, (dx - y * np.real(np.conjugate(y) * dx)) / _safe(np.absolute(x))
 
 
-_real_abs_rule = RRULES[np.absolute]
+_REAL_ABS_RULE = []  # the derivative table's rule of np.absolute, kept by install()
 
 
 def _abs_rule(args, kwargs, needs):
     z = args[0]
     if not is_complex(z):
-        return _real_abs_rule(args, kwargs, needs)
+        return _REAL_ABS_RULE[0](args, kwargs, needs)
     y = np.absolute(z, **kwargs)
     # ∂|z|/∂Re z + i·∂|z|/∂Im z = z/|z| (0 at z = 0, the subgradient of least norm)
     return y, lambda g: (g * z / _safe(y),)
 
 
-RRULES[np.absolute] = _abs_rule
+def install():
+    """Complete the tables once every family's rules are registered (mooncake_py/registration.py
+    calls it): the shape family's rules join STRUCTURAL, and np.absolute's rule (the derivative
+    table's) gets its complex branch, and the cast's rule becomes this module's (which handles
+    real-complex casts). Idempotent."""
+    declared = HOLOMORPHIC | EXPLICIT  # (declare_complex takes a function out of STRUCTURAL)
+    STRUCTURAL.update(fn for fn, r in RRULES.items()
+                      if getattr(r, "__module__", None) == "mooncake_py.rules.shape"
+                      and fn not in declared)
+    STRUCTURAL.update(fn for fn in _STRUCTURAL_FUNCTIONS if fn not in declared)
+    rrule(astype)(_astype)
+    if RRULES[np.absolute] is not _abs_rule:
+        _REAL_ABS_RULE[:] = [RRULES[np.absolute]]
+        RRULES[np.absolute] = _abs_rule
 
 
 def abs_frule(real_native):
@@ -353,8 +367,7 @@ def abs_frule(real_native):
 
 
 # --- casts ----------------------------------------------------------------------------------
-@rrule(astype)
-def _astype(x, dtype):
+def _astype(x, dtype):  # (registered by install(), over the shape family's real-only rule)
     out = astype(x, dtype)
     src = dtype_of(x)
     if np.dtype(dtype).kind not in "fc" or src.kind not in "fc":

@@ -12,7 +12,7 @@ replaced; np.select and np.piecewise have the derivative of the branch chosen at
 Not reachable: ``np.full(shape, x)``, ``np.r_[...]`` and ``np.c_[...]`` convert their parts with
 ``np.asarray`` before any dispatch, so a tracked part raises TrackingLostError; write
 ``np.full_like(x, x, shape=shape)`` (or ``np.broadcast_to(x, shape)``) and ``np.concatenate``
-/ ``np.stack`` / ``np.column_stack`` instead; the error says so (:func:`with_constructor_hint`).
+/ ``np.stack`` / ``np.column_stack`` instead; the error says so (``with_constructor_hint`` in core/array_ops.py).
 
 Example:
     >>> import numpy as np, mooncake_py as mp
@@ -24,19 +24,17 @@ Example:
     array([0., 1.])
 """
 import operator
-import os
-import sys
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-from .. import array_module as am
-from ..dispatch import WRAPPER_TYPES
+from ..core import array_module as am
+from ..core.array_ops import astype
+from ..core.dispatch import WRAPPER_TYPES
 from .broadcasting import shape_of
 from .cotangents import scatter_add
 from .differences import as_array
-from .registry import composite, rrule, frule
-from .shape import astype
+from .registry import composite, frule, rrule
 
 
 # --- np.linspace --------------------------------------------------------------------------------
@@ -218,43 +216,3 @@ def _bincount_f(primals, tangents, **kw):
     k = shape_of(dw)[0]
     dy = scatter_add((k,) + tuple(y.shape), (slice(None), am.asarray(x)), dw)
     return y, dy if dy.dtype == y.dtype else astype(dy, y.dtype)
-
-
-# --- constructors that convert their parts before any dispatch: name the spelling that works ----
-_CONSTRUCTOR_HINTS = {
-    ("_index_tricks_impl.py", "AxisConcatenator.__getitem__"):
-        "np.r_[...] and np.c_[...] convert each part with np.array, which no tracked or dual "
-        "value survives: join the parts with np.concatenate([...]) (for np.r_), "
-        "np.column_stack([...]) (for np.c_) or np.stack([...]) instead; those are differentiated.",
-    ("numeric.py", "full"):
-        "np.full(shape, x) converts x with np.asarray: write np.full_like(x, x, shape=shape) "
-        "or np.broadcast_to(x, shape) (add .copy() for a writable array) instead; those are "
-        "differentiated.",
-}
-
-
-def with_constructor_hint(err):
-    """``err`` (a TrackingLostError) with a first sentence naming the differentiable spelling
-    when it was raised inside np.r_/np.c_ or np.full, which reach no rule.
-
-    Example:
-        >>> import numpy as np, mooncake_py as mp
-        >>> try:
-        ...     mp.grad(lambda x: np.sum(np.r_[x, x]))(np.ones(2))
-        ... except mp.TrackingLostError as e:
-        ...     print(str(e)[:60])
-        np.r_[...] and np.c_[...] convert each part with np.array, w
-    """
-    f = sys._getframe(1)
-    for _ in range(8):  # the NumPy frame is a few calls up from the conversion
-        if f is None:
-            break
-        code = f.f_code
-        # Python 3.10 has no qualified name: there any __getitem__ of the file gets the hint
-        name = getattr(code, "co_qualname", "AxisConcatenator." + code.co_name
-                       if code.co_name == "__getitem__" else code.co_name)
-        hint = _CONSTRUCTOR_HINTS.get((os.path.basename(code.co_filename), name))
-        if hint is not None:
-            return type(err)(f"{hint} ({err})")
-        f = f.f_back
-    return err

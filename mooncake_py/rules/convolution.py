@@ -16,8 +16,8 @@ Example (the gradient of a smoothed signal's energy with respect to the filter):
 import numpy as np
 
 from .broadcasting import shape_of
-from .registry import rrule, frule
 from .complex import declare_complex, is_complex
+from .registry import frule, rrule
 
 
 def _window_start(fn, n, m, mode):

@@ -1,7 +1,7 @@
 """Cotangent representations the reverse sweep accumulates besides plain arrays."""
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
 from .registry import primitive
 
 

@@ -38,13 +38,13 @@ import warnings
 
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
 from ..errors import MissingRuleError
-from .registry import rrule, frule, primitive, composite, zero_derivative
 from .broadcasting import shape_of, unbroadcast
+from .complex import declare_complex
 from .lanes import align
-from .linear_algebra import (_mT, _pad, _dtype, _tan, _addt, _cols, _uncols, _sla,
-                             solve_triangular)
+from .linear_algebra import _addt, _cols, _dtype, _mT, _pad, _sla, _tan, _uncols, solve_triangular
+from .registry import composite, frule, primitive, rrule, zero_derivative
 
 __all__ = ["lu", "expm", "logm", "sqrtm", "solve_sylvester", "solve_banded"]
 
@@ -830,7 +830,6 @@ def _solve_banded_f(primals, tangents, **kw):
 
 # eig and eigvals take and give complex values with the rules above (explicit: they conjugate
 # where the inner product asks); every other rule here refuses complex values.
-from .complex import declare_complex  # noqa: E402  (the last family module to load)
 
 declare_complex(np.linalg.eig, holomorphic=False)
 declare_complex(np.linalg.qr, holomorphic=False)

@@ -81,6 +81,10 @@ def _div(p, q):
 
 
 NP_VOCABULARY = _np_vocabulary()
+# rules/special.py's differentiable polygamma (trigamma and tetragamma of the scipy section call
+# it, so that their own derivatives exist): special.py sets it when it loads, since it imports
+# this module and this module cannot import it.
+POLYGAMMA = [None]
 
 
 class _DivAsCall(ast.NodeTransformer):
@@ -256,10 +260,9 @@ def load_scipy():
     except ImportError:  # pragma: no cover - scipy is a dependency of the test setup only
         _SCIPY.append(None)
         return None
-    from .special import polygamma
     NP_VOCABULARY.update(
         erf=sps.erf, erfc=sps.erfc, expit=sps.expit, digamma=sps.digamma, lgamma=sps.gammaln,
-        trigamma=lambda a: polygamma(1, a), tetragamma=lambda a: polygamma(2, a),
+        trigamma=lambda a: POLYGAMMA[0](1, a), tetragamma=lambda a: POLYGAMMA[0](2, a),
         i0e=sps.i0e, i1e=sps.i1e, i0=sps.i0, i1=sps.i1, j0=sps.j0, j1=sps.j1, y0=sps.y0,
         y1=sps.y1, iv=sps.iv, ive=sps.ive, kv=sps.kv, jv=sps.jv, yv=sps.yv)
     before = set(TABLE)

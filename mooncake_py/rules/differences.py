@@ -18,12 +18,12 @@ Example (a roughness penalty and a trapezoid integral, with their Hessian-vector
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
-from .. import array_module as am
-from ..dispatch import WRAPPER_TYPES
+from ..core import array_module as am
+from ..core.array_ops import astype
+from ..core.dispatch import WRAPPER_TYPES
+from ..errors import MutationError
 from .broadcasting import shape_of
 from .registry import composite
-from .shape import astype
-from ..errors import MutationError
 
 
 def as_array(x):

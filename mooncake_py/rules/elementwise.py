@@ -8,10 +8,10 @@ import operator
 
 import numpy as np
 
-from .registry import RRULES, primitive, rrule, zero_derivative, fn_name
-from .broadcasting import unbroadcast, shape_of
-from .derivative_table import on_new_entries, constant_input_message
 from ..errors import MissingRuleError
+from .broadcasting import shape_of, unbroadcast
+from .derivative_table import constant_input_message, on_new_entries
+from .registry import RRULES, fn_name, primitive, rrule, zero_derivative
 
 
 @primitive

@@ -21,10 +21,10 @@ import inspect
 
 import numpy as np
 
-from .registry import composite, frule, rrule
+from ..core.array_ops import astype
 from .broadcasting import shape_of
 from .complex import EXPLICIT, is_complex
-from .shape import astype
+from .registry import composite, frule, rrule
 
 _DUAL = {None: "forward", "backward": "forward", "forward": "backward", "ortho": "ortho"}
 

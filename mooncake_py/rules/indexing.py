@@ -13,13 +13,13 @@ import operator
 
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
 from ..errors import MutationError
-from .registry import rrule, frule
 from .broadcasting import shape_of
 from .cotangents import IndexedCotangent
 from .lanes import lane_getitem
-from .shape import linear_in_first, linear_frule, _flat
+from .registry import frule, rrule
+from .shape import _flat, linear_frule, linear_in_first
 
 _BASIC = (int, np.integer, slice)
 

@@ -29,10 +29,10 @@ import math
 
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
 from .broadcasting import shape_of
-from .registry import composite, primitive, rrule, frule
 from .differences import as_array
+from .registry import composite, frule, primitive, rrule
 
 
 # --- np.interp ------------------------------------------------------------------------------------

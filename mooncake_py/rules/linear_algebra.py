@@ -18,12 +18,14 @@ import string
 
 import numpy as np
 
-from .. import array_module as am
-from ..blas_threads import small as small_blas
-from .registry import rrule, frule, primitive, composite
+from ..core import array_module as am
+from ..core.blas_threads import small as small_blas
+from ..errors import MissingRuleError
 from . import cholesky_blas
-from .broadcasting import unbroadcast, shape_of
+from .broadcasting import shape_of, unbroadcast
+from .complex import declare_complex
 from .lanes import align, lane_matmul, nlanes
+from .registry import composite, frule, primitive, rrule
 
 __all__ = ["solve_triangular", "cho_solve"]
 
@@ -1557,7 +1559,6 @@ def _cho_solve_f(primals, tangents, **kw):
 #   complement and are not functions of A; they get the minimal derivative that keeps them
 #   orthogonal to the rest (see _svd_side_tangent), exact for every function invariant under
 #   rotations among them (and, with one extra column, for every sign-invariant function).
-from ..errors import MissingRuleError  # noqa: E402  (kept with the only rule that raises it)
 
 
 def _svd_check(hermitian):
@@ -1747,9 +1748,20 @@ def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
 
 # cholesky, eigh, eigvalsh and the triangular solves conjugate where the inner product
 # Re Σ conj(a)·b asks (Hermitian A = L Lᴴ = V Λ Vᴴ), so they handle complex values themselves.
-from .complex import declare_complex  # noqa: E402
 
 for _fn in (np.linalg.cholesky, np.linalg.eigh, np.linalg.eigvalsh, solve_triangular,
             _solve_nonsingular, cho_solve,
             np.linalg.norm, np.linalg.svd):
     declare_complex(_fn, holomorphic=False)
+
+
+def blas_functions():
+    """The functions whose rules make BLAS/LAPACK calls worth keeping single-threaded on
+    medium-sized matrices (core/blas_threads.py's ``limit_small_calls`` wraps their rules)."""
+    fns = [np.matmul, np.dot, np.inner, np.vdot, np.tensordot, np.einsum, np.kron,
+           solve_triangular, _solve_nonsingular, cho_solve]
+    fns += [getattr(np.linalg, n) for n in ("cholesky", "solve", "inv", "det", "slogdet", "eigh",
+                                              "eigvalsh", "svd", "pinv", "lstsq", "qr",
+                                              "matrix_power", "multi_dot")
+            if hasattr(np.linalg, n)]
+    return fns

@@ -26,11 +26,11 @@ Example:
 """
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
 from .broadcasting import shape_of, unbroadcast
 from .cotangents import scatter_add
 from .lanes import align
-from .registry import rrule, frule, fn_name
+from .registry import fn_name, frule, rrule
 
 
 class NoDerivative:

@@ -18,12 +18,12 @@ import inspect
 
 import numpy as np
 
-from .. import array_module as am
-from .registry import RRULES, FRULES, frule, fn_name, composite, primitive
-from ..dispatch import WRAPPER_TYPES
+from ..core import array_module as am
+from ..core.array_ops import astype
+from ..core.dispatch import WRAPPER_TYPES
 from ..errors import MissingRuleError
 from .broadcasting import shape_of
-from .shape import astype
+from .registry import FRULES, RRULES, composite, fn_name, frule, primitive
 
 
 def normalize_axis(axis, ndim):

@@ -10,39 +10,16 @@ argument ``i`` wants a cotangent and ``pullback(ȳ)`` returns one entry per posi
 (``None`` for none; a list for an argument that is a sequence of arrays).
 """
 import functools
-import sys
 
 import numpy as np
 
-from ..dispatch import dispatch, WRAPPER_TYPES
+from ..core.arguments import describe_arg, fn_name
+from ..core.dispatch import WRAPPER_TYPES, dispatch
 
 RRULES = {}
 FRULES = {}
 ZERO_DERIVATIVE = set()
 COMPOSITES = {}
-
-
-def fn_name(fn):
-    """A readable dotted name for a function, ufunc or ufunc method key."""
-    if isinstance(fn, tuple):
-        return f"{fn_name(fn[0])}.{fn[1]}"
-    if isinstance(fn, np.ufunc):
-        return f"{_ufunc_module(fn)}{fn.__name__}"
-    mod = getattr(fn, "__module__", None) or ""
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    return f"{mod}.{name}" if mod else name
-
-
-def _ufunc_module(uf):
-    """``"numpy."`` or ``"scipy.special."``: where ``uf`` lives (ufuncs carry no __module__);
-    ``""`` for any other ufunc (a user's ``np.frompyfunc``/numba one)."""
-    name = uf.__name__
-    if getattr(np, name, None) is uf:
-        return "numpy."
-    sps = sys.modules.get("scipy.special")
-    if sps is not None and getattr(sps, name, None) is uf:
-        return "scipy.special."
-    return ""
 
 
 def rrule(fn, needs=False):
@@ -226,3 +203,34 @@ def stop_gradient(x):
         3.0
     """
     return x
+
+
+def missing_rule_message(fn, args, kwargs, mode):
+    """The MissingRuleError text for ``fn`` called on ``args`` in ``mode`` ("reverse" or
+    "forward"): what was called, and the decorator to add."""
+    name = fn_name(fn)
+    short = name.replace("numpy.", "np.")
+    call = ", ".join([describe_arg(a) for a in args] + [f"{k}=..." for k in kwargs])
+    if mode == "reverse":
+        other = " (it has a forward rule, so mp.jvp works)" if fn in FRULES else ""
+        rule = ("rrule", "so that second order works too",
+                f"    @mp.rrule({short})\n    def _(x, *args, **kwargs):\n"
+                f"        y = {short}(x, *args, **kwargs)\n"
+                f"        return y, lambda g: (<cotangent of x from g>, None, ...)\n\n", "",
+                "mooncake_py.testing.test_rule checks a new rule against finite differences.")
+    else:
+        other = " (it has a reverse rule, so mp.grad works)" if fn in RRULES else ""
+        rule = ("frule", "so that it composes",
+                f"    @mp.frule({short})\n    def _(primals, tangents, **kwargs):\n"
+                f"        x, *rest = primals\n"
+                f"        dx = tangents[0]      # None where an argument carries no tangent\n"
+                f"        y = {short}(x, *rest, **kwargs)\n"
+                f"        return y, <J·dx>\n\n",
+                f"(use @mp.frule({short}, lanes=True) to receive several directions at once), ",
+                "mooncake_py.testing.test_rule(..., modes=('forward',)) checks a new rule against "
+                "finite differences.")
+    kind, why, example, lanes, check = rule
+    return (f"mooncake_py has no {mode}-mode rule ({kind}) for {name}, called here as "
+            f"{short}({call}){other}. Add one, written with np. calls {why}:\n\n{example}"
+            f"{lanes}or, if its output carries no derivative, declare "
+            f"mp.zero_derivative({short}). {check}")

@@ -12,12 +12,13 @@ import math
 
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
+from ..core.array_ops import astype
 from ..errors import MissingRuleError, MutationError
-from .registry import RRULES, primitive, rrule, frule, zero_derivative, fn_name, composite
 from .broadcasting import shape_of, unbroadcast
 from .cotangents import scatter_add
 from .lanes import align, nlanes, shift_axis
+from .registry import RRULES, composite, fn_name, frule, rrule, zero_derivative
 
 
 def linear_in_first(fn):
@@ -151,18 +152,6 @@ def _as_input_structure(arrays, pieces):
 
 
 # --- casts and copies ----------------------------------------------------------------------------
-@primitive
-def astype(x, dtype):
-    """``x.astype(dtype)`` as a differentiable function (the cast's pullback casts back).
-
-    Example:
-        >>> import numpy as np, mooncake_py as mp
-        >>> mp.grad(lambda x: np.sum(astype(x, np.float32) ** 2))(np.ones(2)).dtype
-        dtype('float64')
-    """
-    return x.astype(dtype)
-
-
 @rrule(astype)
 def _astype(x, dtype):
     out = astype(x, dtype)

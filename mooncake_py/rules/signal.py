@@ -17,12 +17,13 @@ The pullbacks call these primitives again, whose frules exist, so second order w
 """
 import numpy as np
 
-from .. import array_module as am
-from .registry import rrule, frule, primitive, _has_wrapper
+from ..core import array_module as am
 from .broadcasting import shape_of
-from .lanes import align
-from .linear_algebra import _pad, _dtype, _tan, _addt
+from .complex import declare_complex
 from .decompositions import _shift
+from .lanes import align
+from .linear_algebra import _addt, _dtype, _pad, _tan
+from .registry import _has_wrapper, frule, primitive, rrule
 
 __all__ = ["convolve", "correlate", "lfilter"]
 
@@ -338,7 +339,6 @@ def _lfilter_f(primals, tangents, **kw):
 
 # convolve and lfilter are complex-differentiable (bilinear / rational): their rules are the
 # algebraic formulas, around which the tape conjugates.
-from .complex import declare_complex  # noqa: E402
 
 declare_complex(convolve, holomorphic=True)
 declare_complex(correlate, holomorphic=False)  # conjugates in2: explicit rules above

@@ -17,8 +17,8 @@ Example (the derivative of the second smallest value, and of the distinct values
 """
 import numpy as np
 
-from .registry import composite, zero_derivative, primitive
 from .differences import as_array
+from .registry import composite, primitive, zero_derivative
 
 zero_derivative(np.argpartition)
 zero_derivative(np.lexsort)

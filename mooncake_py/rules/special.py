@@ -18,12 +18,13 @@ import operator
 
 import numpy as np
 
-from .. import array_module as am
-from .registry import primitive, rrule, frule, stop_gradient, _has_wrapper
+from ..core import array_module as am
+from ..errors import MissingRuleError
+from . import derivative_table
 from .broadcasting import shape_of, unbroadcast
 from .lanes import align
-from .reductions import normalize_axis, expand_reduced, slice_rank, dtype_of, lane_axes
-from ..errors import MissingRuleError
+from .reductions import dtype_of, expand_reduced, lane_axes, normalize_axis, slice_rank
+from .registry import _has_wrapper, frule, primitive, rrule, stop_gradient
 
 __all__ = ["logsumexp", "softmax", "log_softmax", "polygamma", "multigammaln"]
 
@@ -284,6 +285,9 @@ def polygamma(n, x):
     return am.scipy_special(x, "scipy.special.polygamma").polygamma(n, x)
 
 
+derivative_table.POLYGAMMA[0] = polygamma
+
+
 def _order_error(fn, param):
     return MissingRuleError(
         f"scipy.special.{fn} has no derivative with respect to its argument {param!r}, an "
@@ -325,8 +329,7 @@ def multigammaln(a, d):
         >>> round(float(mp.grad(lambda a: mp.special.multigammaln(a, 2))(3.0)), 12)  # ψ(3)+ψ(2.5)
         1.625940975744
     """
-    from .derivative_table import load_scipy
-    sps = load_scipy()
+    sps = derivative_table.load_scipy()
     if not _has_wrapper((a,), {}):
         return sps.multigammaln(a, d)
     d = operator.index(d)

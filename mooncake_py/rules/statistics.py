@@ -17,11 +17,11 @@ import warnings
 
 import numpy as np
 
-from .. import array_module as am
+from ..core import array_module as am
+from ..core.array_ops import astype
 from .broadcasting import shape_of
 from .differences import as_array
 from .registry import composite
-from .shape import astype
 
 
 def _rows(v, dtype, rowvar):

@@ -19,9 +19,10 @@ import math
 
 import numpy as np
 
+from ..core.array_ops import astype
 from .broadcasting import shape_of
 from .registry import composite
-from .shape import _no_out, astype
+from .shape import _no_out
 from .special import logsumexp
 
 _LN2 = math.log(2.0)

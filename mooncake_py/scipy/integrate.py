@@ -16,8 +16,8 @@ Example:
 """
 import numpy as np
 
-from ..rules.registry import primitive, composite, _has_wrapper
 from ..rules.broadcasting import shape_of
+from ..rules.registry import _has_wrapper, composite, primitive
 
 __all__ = ["trapezoid", "simpson", "cumulative_trapezoid", "cumulative_simpson"]
 

@@ -24,10 +24,10 @@ Example:
 import numpy as np
 
 from ..errors import MissingRuleError
-from ..rules.registry import primitive, composite, zero_derivative
 from ..rules.broadcasting import shape_of
-from ..rules.linear_algebra import solve_triangular, cho_solve, _mT, _sla
-from ..rules.decompositions import lu, expm, logm, sqrtm, solve_sylvester, solve_banded
+from ..rules.decompositions import expm, logm, lu, solve_banded, solve_sylvester, sqrtm
+from ..rules.linear_algebra import _mT, _sla, cho_solve, solve_triangular
+from ..rules.registry import composite, primitive, zero_derivative
 
 __all__ = ["solve", "solve_triangular", "solve_banded", "solve_sylvester",
            "solve_continuous_lyapunov", "cholesky", "cho_factor", "cho_solve", "inv", "det",

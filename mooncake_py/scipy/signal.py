@@ -16,11 +16,11 @@ Example:
 """
 import numpy as np
 
+from ..core import array_module as am
 from ..errors import MissingRuleError
-from ..rules.registry import primitive, composite
 from ..rules.broadcasting import shape_of
-from ..rules.signal import convolve, correlate, lfilter, _sig, _window, _crop, _coefs
-from .. import array_module as am
+from ..rules.registry import composite, primitive
+from ..rules.signal import _coefs, _crop, _sig, _window, convolve, correlate, lfilter
 
 __all__ = ["convolve", "correlate", "fftconvolve", "convolve2d", "correlate2d", "lfilter",
            "lfilter_zi", "filtfilt", "sosfilt"]

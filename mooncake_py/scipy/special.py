@@ -23,9 +23,9 @@ Example:
     >>> mp.grad(lambda x: np.sum(special.gammaln(x)))(np.array([1.0, 2.0]))
     array([-0.57721566,  0.42278434])
 """
-from ..rules.special import *  # noqa: F401,F403
+from ..rules.derivative_table import SCIPY_UFUNCS, load_scipy
+from ..rules.special import *
 from ..rules.special import __all__ as _FUNCTIONS
-from ..rules.derivative_table import SCIPY_UFUNCS
 
 __all__ = list(_FUNCTIONS) + sorted(SCIPY_UFUNCS)
 
@@ -34,7 +34,6 @@ def __getattr__(name):
     # The ufuncs are scipy's own objects; fetching one is the moment scipy is certainly needed,
     # so scipy.special is imported (and the table's scipy section registered) only here.
     if name in SCIPY_UFUNCS:
-        from ..rules.derivative_table import load_scipy
         sps = load_scipy()
         if sps is None:
             raise AttributeError(f"mooncake_py.scipy.special.{name} needs scipy, which is not "

@@ -15,12 +15,21 @@ Example:
            [0., 1., 0., 1.],
            [0., 0., 1., 0.]])
 """
-from .tracer import PatternArray, DenseFallbackWarning, pattern_rule
-from .api import (hessian_sparsity, jacobian_sparsity, sparse_hessian, sparse_jacobian,
-                  prepare_sparse_hessian_cache, value_gradient_and_sparse_hessian,
-                  prepare_sparse_jacobian_cache, value_and_sparse_jacobian,
-                  SparseHessianCache, SparseJacobianCache)
-from .coloring import star_coloring, column_coloring, row_coloring, greedy_coloring
+from . import pattern_rules  # noqa: F401  (fills PATTERN_RULES)
+from .api import (
+    SparseHessianCache,
+    SparseJacobianCache,
+    hessian_sparsity,
+    jacobian_sparsity,
+    prepare_sparse_hessian_cache,
+    prepare_sparse_jacobian_cache,
+    sparse_hessian,
+    sparse_jacobian,
+    value_and_sparse_jacobian,
+    value_gradient_and_sparse_hessian,
+)
+from .coloring import column_coloring, greedy_coloring, row_coloring, star_coloring
+from .tracer import DenseFallbackWarning, PatternArray, pattern_rule
 
 __all__ = ["PatternArray", "DenseFallbackWarning", "pattern_rule", "hessian_sparsity",
            "jacobian_sparsity", "sparse_hessian", "sparse_jacobian",

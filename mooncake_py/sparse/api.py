@@ -14,14 +14,14 @@ import functools
 
 import numpy as np
 
-from ..api import _fname, value_and_grad, vjp
+from ..core.arguments import fname
 from ..errors import NonDifferentiableInputError, OutputTypeError, TangentError
-from ..caches import CacheSpec
-from ..forward_api import jvp
-from ..second_order import _value_gradient_hvp, _chunk
+from ..transforms.caches import CacheSpec
+from ..transforms.forward import jvp
+from ..transforms.reverse import value_and_grad, vjp
+from ..transforms.second_order import _chunk, _value_gradient_hvp
 from . import rows as R
-from . import pattern_rules  # noqa: F401  (fills PATTERN_RULES)
-from .coloring import column_coloring, row_coloring, star_coloring, _adjacency, _pair_counts
+from .coloring import _adjacency, _pair_counts, column_coloring, row_coloring, star_coloring
 from .tracer import PatternArray, Trace
 
 
@@ -31,7 +31,7 @@ def _check_input(f, x, what):
         return np.float64(x)
     if dt is None or dt.kind != "f":
         raise NonDifferentiableInputError(
-            f"{what} of {_fname(f)}: the first argument is a {type(x).__name__}"
+            f"{what} of {fname(f)}: the first argument is a {type(x).__name__}"
             f"{'' if dt is None else f' of dtype {dt}'}; it must be a floating-point array (the "
             "variables); pass constants as further arguments.")
     return x
@@ -52,7 +52,7 @@ def _output_rows(trace, y, f, what):
     dt = getattr(y, "dtype", None)
     if type(y) is float or (dt is not None and dt.kind == "f"):
         return trace.constant_rows(int(np.size(y)))
-    raise OutputTypeError(f"{what} needs {_fname(f)} to return a floating-point array; it "
+    raise OutputTypeError(f"{what} needs {fname(f)} to return a floating-point array; it "
                           f"returned {type(y).__name__}.")
 
 
@@ -100,7 +100,7 @@ def hessian_sparsity(f, x, *args, strict=False):
     x = _check_input(f, x, "hessian_sparsity")
     trace, y = _trace(f, x, args, strict)
     if int(np.size(y)) != 1:
-        raise OutputTypeError(f"hessian_sparsity needs {_fname(f)} to return a scalar; it "
+        raise OutputTypeError(f"hessian_sparsity needs {fname(f)} to return a scalar; it "
                               f"returned shape {tuple(np.shape(y))}.")
     _output_rows(trace, y, f, "hessian_sparsity")
     return trace.hessian_pattern()
@@ -198,7 +198,7 @@ def _hessian_sweeps(f, x, args, plan, chunk_size):
 
 def _scalar_output_check(f, y):
     if int(np.size(y)) != 1:
-        raise OutputTypeError(f"sparse_hessian needs {_fname(f)} to return a scalar; it returned "
+        raise OutputTypeError(f"sparse_hessian needs {fname(f)} to return a scalar; it returned "
                               f"shape {tuple(np.shape(y))}.")
 
 
@@ -233,7 +233,7 @@ class SparseHessianCache(_ColoredCache):
 
     def __repr__(self):
         n, nnz = self.plan.n, self.plan.pattern.nnz
-        return (f"SparseHessianCache({_fname(self.spec.f)}, n={n}, nnz={nnz}, "
+        return (f"SparseHessianCache({fname(self.spec.f)}, n={n}, nnz={nnz}, "
                 f"colors={self.plan.k})")
 
 
@@ -323,7 +323,7 @@ class SparseJacobianCache(_ColoredCache):
         return self.plan.mode
 
     def __repr__(self):
-        return (f"SparseJacobianCache({_fname(self.spec.f)}, shape={self.plan.pattern.shape}, "
+        return (f"SparseJacobianCache({fname(self.spec.f)}, shape={self.plan.pattern.shape}, "
                 f"nnz={self.plan.pattern.nnz}, mode={self.plan.mode!r}, colors={self.plan.k})")
 
 
@@ -379,7 +379,7 @@ def value_and_sparse_jacobian(cache, f, x, *args):
         compressed = np.stack([np.reshape(pullback(np.reshape(s, yshape))[0], -1)
                                for s in seeds])
     if int(np.size(y)) != m:
-        raise OutputTypeError(f"value_and_sparse_jacobian: {_fname(f)} returned {int(np.size(y))} "
+        raise OutputTypeError(f"value_and_sparse_jacobian: {fname(f)} returned {int(np.size(y))} "
                               f"elements; the cache was prepared for {m}.")
     return y, plan.decompress(compressed, x.dtype)
 

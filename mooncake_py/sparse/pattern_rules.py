@@ -21,14 +21,23 @@ import operator
 
 import numpy as np
 
-from ..rules.derivative_table import on_new_entries
-from ..rules.cotangents import scatter_add
-from ..rules.shape import astype as _astype
+from ..core.array_ops import astype as _astype
 from ..rules import special as _special
-from . import rows as R
+from ..rules.cotangents import scatter_add
+from ..rules.derivative_table import on_new_entries
 from ..rules.linear_algebra import cho_solve, solve_triangular
-from .tracer import (PATTERN_RULES, PatternArray, call_primal, dense_fallback, pattern_rule,
-                     patterns_in, primal, register_views, _is_ours)
+from . import rows as R
+from .tracer import (
+    PATTERN_RULES,
+    PatternArray,
+    _is_ours,
+    call_primal,
+    dense_fallback,
+    pattern_rule,
+    patterns_in,
+    primal,
+    register_views,
+)
 
 _SEQ = (list, tuple)
 

@@ -17,13 +17,13 @@ import warnings
 
 import numpy as np
 
-from ..array_ops import ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, write_out
-from ..arguments import kwargs_to_positional, missing_rule_message
-from ..dispatch import dispatch, new_level, WRAPPER_TYPES
+from ..core.arguments import kwargs_to_positional
+from ..core.array_ops import WRITTEN_INTO_PLAIN, ArrayOps, buffer_root, has_buffer, write_out
+from ..core.dispatch import WRAPPER_TYPES, dispatch, new_level
 from ..errors import MissingRuleError, MutationError, TrackingLostError
 from ..rules.derivative_table import load_for
 from ..rules.mutation import LIKE_CONSTRUCTORS, MUTATORS, call_like
-from ..rules.registry import COMPOSITES, ZERO_DERIVATIVE, fn_name
+from ..rules.registry import COMPOSITES, ZERO_DERIVATIVE, fn_name, missing_rule_message
 from . import rows as R
 
 _SEQ = (list, tuple)

@@ -1,11 +1,10 @@
-"""Reverse mode: TrackedArray values recorded on a Tape, and the reverse sweep."""
-from .tracked import TrackedArray
+"""Reverse mode: TrackedArray values recorded on a Tape, and the reverse sweep.
+
+``tape.py`` holds the Tape (recording and the sweep), ``tracked.py`` the TrackedArray,
+``fastpath.py`` the short paths of scalar-loop code (put on TrackedArray by
+mooncake_py/registration.py), ``pullbacks.py`` the sweep's own pullback types.
+"""
 from .tape import Tape
-from . import fastpath
-
-fastpath.install()  # scalar-loop short paths on TrackedArray (see fastpath.py)
-from . import replay  # noqa: E402
-
-replay.install()  # bool()/int() of tracked values reach a recording PlanTape (see replay.py)
+from .tracked import TrackedArray
 
 __all__ = ["TrackedArray", "Tape"]

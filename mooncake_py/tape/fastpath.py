@@ -19,17 +19,28 @@ import operator
 
 import numpy as np
 
-from ..array_ops import ArrayOps
+from ..core.array_ops import ArrayOps
+from ..rules.derivative_table import TABLE
 from ..rules.derivative_table import _div as div
 from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
-from ..dual.dual_array import DualArray
-from . import dual_scalars, tape as _tape_module
+from . import tape as _tape_module
 from .pullbacks import ItemRead
-from .tape import MutatingTape, Tape, _SWEEPING
+from .tape import _SWEEPING, MutatingTape, Tape
 from .tracked import TrackedArray
 
 _F64 = np.float64
+
+
+class _NoDuals:
+    """The dual type until :func:`install` is given the dual layer's short paths: no value is
+    of this type, so every dual check below fails and the general path runs."""
+
+
+# The short paths of tracked dual scalars (mixed/dual_scalars.py, a layer above this one, which
+# hands itself to install()): ``DualArray`` is its dual type, ``dual_scalars`` the module.
+DualArray = _NoDuals
+dual_scalars = None
 _NDARRAY = np.ndarray
 _getitem = operator.getitem
 _NO_KWARGS = {}
@@ -164,7 +175,7 @@ def _binary(ufunc, opname, reflected):
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
     ns = dict(_SHARED, Tape=Tape, MutatingTape=MutatingTape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
               RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray,
-              dual_binary=dual_scalars.binary, builtin=_BUILTIN[ufunc], div=div,
+              dual_binary=getattr(dual_scalars, "binary", None), builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
     exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)
     return ns[name]
@@ -277,9 +288,13 @@ def _array_function(self, func, types, args, kwargs):
     return _general_array_function(self, func, types, args, kwargs)
 
 
-def install():
-    """Put the short paths on TrackedArray (idempotent; done when mooncake_py.tape loads)."""
-    from ..rules.derivative_table import TABLE
+def install(duals=None):
+    """Put the short paths on TrackedArray (idempotent; mooncake_py/registration.py calls it).
+
+    ``duals``: the module of the tracked-dual-scalar short paths (mixed/dual_scalars.py), which
+    take over where the value of a tracked scalar is a dual; without it duals go the general way.
+    """
+    global DualArray, dual_scalars
     _BUILTIN[_getitem] = _GETITEM_RULE[0] = RRULES.get(_getitem)
     for uf in (np.add, np.subtract, np.multiply, np.true_divide):
         _BUILTIN[uf] = RRULES.get(uf)
@@ -290,8 +305,10 @@ def install():
                                _unary_pullback)
             _BUILTIN[e.ufunc] = RRULES.get(e.ufunc)
     _BUILTIN[_SUM] = RRULES.get(_SUM)
-    dual_scalars.install(set(_UNARY))
-    _tape_module._scalar_add = dual_scalars.add
+    if duals is not None:
+        DualArray, dual_scalars = duals.DualArray, duals
+        duals.install(set(_UNARY))
+        _tape_module._scalar_add = duals.add
     TrackedArray.__array_function__ = _array_function
     TrackedArray.__array_ufunc__ = _array_ufunc
     TrackedArray.__neg__ = _neg

@@ -16,24 +16,38 @@ import operator
 
 import numpy as np
 
-from .. import array_module as am
-from ..array_ops import buffer_root, has_buffer, innermost, write_out, WRITTEN_INTO_PLAIN
-from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
-from ..errors import (EscapedValueError, escaped_message, MissingRuleError, ReverseOverReverseError, MutationError,
-                      NonDifferentiableInputError, RuleError, TrackingLostError)
-from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
+from ..core import array_module as am
+from ..core.arguments import kwargs_to_positional
+from ..core.array_ops import WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost, write_out
+from ..core.dispatch import WRAPPER_TYPES, new_level
+from ..errors import (
+    EscapedValueError,
+    MissingRuleError,
+    MutationError,
+    NonDifferentiableInputError,
+    ReverseOverReverseError,
+    RuleError,
+    TrackingLostError,
+    escaped_message,
+)
 from ..rules import BUILTIN_RRULES
-from ..rules.complex import (HOLOMORPHIC, HolomorphicPullback, RealParts, check_complex_call,
-                             has_complex, real_inputs)
-from ..rules.derivative_table import load_for
 from ..rules.broadcasting import shape_of, unbroadcast
+from ..rules.complex import (
+    HOLOMORPHIC,
+    HolomorphicPullback,
+    RealParts,
+    check_complex_call,
+    has_complex,
+    real_inputs,
+)
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
-from ..rules.indexing import is_basic_index, _frozen
+from ..rules.derivative_table import load_for
+from ..rules.indexing import _frozen, is_basic_index
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
-from ..arguments import kwargs_to_positional, missing_rule_message
-from .tracked import TrackedArray, _lost_message
+from ..rules.registry import COMPOSITES, RRULES, ZERO_DERIVATIVE, fn_name, missing_rule_message
 from .pullbacks import ItemRead
+from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
 _SWEEPING = contextvars.ContextVar("mooncake_sweeping", default=0)

@@ -1,7 +1,7 @@
 """TrackedArray: a value (ndarray, NumPy scalar, CuPy array or DualArray) recorded on a tape.
 
 Every NumPy entry point (``__array_ufunc__``, ``__array_function__``, operators, indexing,
-methods; see :mod:`mooncake_py.array_ops`) goes through :func:`mooncake_py.dispatch.dispatch`,
+methods; see :mod:`mooncake_py.core.array_ops`) goes through :func:`mooncake_py.core.dispatch.dispatch`,
 which hands the call to the innermost transformation present; for a tracked value that is its
 tape's ``record``.
 
@@ -13,8 +13,8 @@ import operator
 
 import numpy as np
 
-from ..array_ops import ArrayOps, is_view_of, WRITTEN_INTO_PLAIN
-from ..dispatch import dispatch, WRAPPER_TYPES
+from ..core.array_ops import WRITTEN_INTO_PLAIN, ArrayOps, is_view_of
+from ..core.dispatch import WRAPPER_TYPES, dispatch
 from ..errors import TrackingLostError
 from ..rules.mutation import LIKE_CONSTRUCTORS
 

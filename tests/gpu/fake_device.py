@@ -15,7 +15,7 @@ So a host array created anywhere in a gradient/HVP/Hessian computation on Device
 loudly, and every generated GPU kernel can be checked against the CPU path.
 
 Use :func:`module` to get the ``cupy``-like namespace (it registers DeviceArray with
-:mod:`mooncake_py.array_module`).
+:mod:`mooncake_py.core.array_module`).
 """
 import atexit
 import ctypes
@@ -30,7 +30,7 @@ import types
 
 import numpy as np
 
-from mooncake_py import array_module
+from mooncake_py.core import array_module
 
 # NumPy functions with rules that CuPy 14.2 does not implement (checked by introspecting
 # cupy 14.2's namespaces against the rule registries).

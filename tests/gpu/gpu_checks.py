@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 
 import mooncake_py as mp
-from mooncake_py.array_module import MixedArrayModulesError, to_host
+from mooncake_py.core.array_module import MixedArrayModulesError, to_host
 from mooncake_py.dual import elementwise as ew, kernels_gpu
 from mooncake_py.rules.derivative_table import TABLE
 

@@ -32,7 +32,7 @@ if _PROBLEM:
     pytest.skip(_PROBLEM, allow_module_level=True)
 
 import mooncake_py as mp  # noqa: E402
-from mooncake_py.rules.derivative_table import TABLE  # noqa: E402
+from mooncake_py.rules.derivative_table import TABLE
 
 import gpu_checks  # noqa: E402
 

@@ -26,12 +26,34 @@ Example:
     >>> float(mp.hvp(nll)(1.0, 1.0))      # n / scale²
     3.0
 """
-from ._univariate import (norm, t, gamma, beta, laplace, cauchy, lognorm, uniform, expon,
-                          poisson, binom, bernoulli)
-from ._more import (halfnorm, halfcauchy, invgamma, logistic, chi2, weibull_min, truncnorm,
-                    vonmises, nbinom, geom)
-from ._multivariate import multivariate_normal, multivariate_t, dirichlet, multinomial
-from ._matrix import wishart, invwishart
+from ._matrix import invwishart, wishart
+from ._more import (
+    chi2,
+    geom,
+    halfcauchy,
+    halfnorm,
+    invgamma,
+    logistic,
+    nbinom,
+    truncnorm,
+    vonmises,
+    weibull_min,
+)
+from ._multivariate import dirichlet, multinomial, multivariate_normal, multivariate_t
+from ._univariate import (
+    bernoulli,
+    beta,
+    binom,
+    cauchy,
+    expon,
+    gamma,
+    laplace,
+    lognorm,
+    norm,
+    poisson,
+    t,
+    uniform,
+)
 
 __all__ = ["norm", "t", "gamma", "beta", "laplace", "cauchy", "lognorm", "uniform", "expon",
            "halfnorm", "halfcauchy", "invgamma", "logistic", "chi2", "weibull_min", "truncnorm",

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from ...dispatch import WRAPPER_TYPES
+from ...core.dispatch import WRAPPER_TYPES
 from ...errors import MissingRuleError
-from ...rules.registry import stop_gradient
 from ...rules.reductions import dtype_of
+from ...rules.registry import stop_gradient
 
 NAN, INF = float("nan"), float("inf")
 LOG_PI = math.log(math.pi)

@@ -3,11 +3,11 @@ signatures and layout. Both the quantiles and the scale are factored by (batched
 the log-density is differentiable in ``x``, ``df`` and ``scale``, to second order."""
 import numpy as np
 
-from ._base import Distribution, tracked, arr, LOG2
-from ._multivariate import _MultivariateFrozen, _plain, _squeeze
-from ...linalg import solve_triangular
-from ..special import multigammaln
+from ..linalg import solve_triangular
 from ...rules.broadcasting import shape_of
+from ..special import multigammaln
+from ._base import LOG2, Distribution, arr, tracked
+from ._multivariate import _MultivariateFrozen, _plain, _squeeze
 
 
 def _wishart_params(df, scale):

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from ._base import Univariate, Discrete, INF, LOG2, NORM_LOGC, scipy_stats
-from . import _primitives as P
 from ...rules.registry import stop_gradient
+from . import _primitives as P
+from ._base import INF, LOG2, NORM_LOGC, Discrete, Univariate, scipy_stats
 
 _LOG_2_OVER_PI = math.log(2.0 / math.pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -9,11 +9,11 @@ covariances never build a matrix.
 import numpy as np
 import scipy.special as sc
 
-from ._base import Distribution, Frozen, tracked, arr, no_rule, LOG_2PI, LOG_PI
 from ...errors import MissingRuleError
-from ...linalg import solve_triangular
+from ..linalg import solve_triangular
 from ...rules.broadcasting import shape_of
 from ...rules.registry import stop_gradient
+from ._base import LOG_2PI, LOG_PI, Distribution, Frozen, arr, no_rule, tracked
 
 _NOT_PD = "When `allow_singular is False`, the input matrix must be symmetric positive definite."
 

@@ -12,8 +12,8 @@ import numpy as np
 import scipy.special as sc
 
 from ...errors import MissingRuleError
-from ...rules.registry import primitive, rrule, frule, _has_wrapper
 from ...rules.broadcasting import shape_of, unbroadcast
+from ...rules.registry import _has_wrapper, frule, primitive, rrule
 
 
 def _refuse(public, param, why):

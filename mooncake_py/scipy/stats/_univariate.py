@@ -5,10 +5,10 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from ._base import Univariate, Discrete, LOG_PI, LOG2, NORM_LOGC, INF, tracked
 from ...errors import MissingRuleError
-from . import _primitives as P
 from ...rules.registry import stop_gradient
+from . import _primitives as P
+from ._base import INF, LOG2, LOG_PI, NORM_LOGC, Discrete, Univariate, tracked
 
 _NORM_C = math.sqrt(2 * math.pi)
 

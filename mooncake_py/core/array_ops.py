@@ -1,6 +1,6 @@
 """ArrayOps: the ndarray-like surface shared by TrackedArray and DualArray.
 
-Every attribute, operator and method here forwards to :func:`mooncake_py.dispatch.dispatch`,
+Every attribute, operator and method here forwards to :func:`mooncake_py.core.dispatch.dispatch`,
 so the innermost transformation present handles it. Subclasses store the value that defines
 shape and dtype in ``_value`` and provide ``_lost(what)``, the error for a conversion that would
 drop the derivative, and ``_mc_setitem(key, value)``, an in-place write (``x[key] = value``;
@@ -8,14 +8,13 @@ the in-place operators ``+=`` ... and ``fill``/``sort`` are written with it).
 """
 import dis
 import operator
+import os
 import sys
 
 import numpy as np
 
-from .dispatch import dispatch, WRAPPER_TYPES
-from .errors import MissingMethodError
-from .rules.shape import astype as _astype
-from .rules.construction import with_constructor_hint
+from ..errors import MissingMethodError
+from .dispatch import WRAPPER_TYPES, dispatch
 
 _STORE_SUBSCR = dis.opmap.get("STORE_SUBSCR")
 _SCALAR_TYPES = (np.generic, float, int, complex)
@@ -219,7 +218,7 @@ class ArrayOps:
             # NumPy hands back the array itself here: later writes into it show through,
             # which a recorded copy would hide (a wrong value and gradient)
             return self
-        return dispatch(_astype, (self, dtype), {})
+        return dispatch(astype, (self, dtype), {})
 
     def conj(self):
         return dispatch(np.conjugate, (self,), {}) if self.dtype.kind == "c" else self
@@ -351,3 +350,60 @@ def write_out(o, r, where, lost):
     if type(o) is tuple:
         return outs[0] if len(outs) == 1 else outs
     return o
+
+
+# --- constructors that convert their parts before any dispatch: name the spelling that works ----
+_CONSTRUCTOR_HINTS = {
+    ("_index_tricks_impl.py", "AxisConcatenator.__getitem__"):
+        "np.r_[...] and np.c_[...] convert each part with np.array, which no tracked or dual "
+        "value survives: join the parts with np.concatenate([...]) (for np.r_), "
+        "np.column_stack([...]) (for np.c_) or np.stack([...]) instead; those are differentiated.",
+    ("numeric.py", "full"):
+        "np.full(shape, x) converts x with np.asarray: write np.full_like(x, x, shape=shape) "
+        "or np.broadcast_to(x, shape) (add .copy() for a writable array) instead; those are "
+        "differentiated.",
+}
+
+
+def with_constructor_hint(err):
+    """``err`` (a TrackingLostError) with a first sentence naming the differentiable spelling
+    when it was raised inside np.r_/np.c_ or np.full, which reach no rule.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.grad(lambda x: np.sum(np.r_[x, x]))(np.ones(2))
+        ... except mp.TrackingLostError as e:
+        ...     print(str(e)[:60])
+        np.r_[...] and np.c_[...] convert each part with np.array, w
+    """
+    f = sys._getframe(1)
+    for _ in range(8):  # the NumPy frame is a few calls up from the conversion
+        if f is None:
+            break
+        code = f.f_code
+        # Python 3.10 has no qualified name: there any __getitem__ of the file gets the hint
+        name = getattr(code, "co_qualname", "AxisConcatenator." + code.co_name
+                       if code.co_name == "__getitem__" else code.co_name)
+        hint = _CONSTRUCTOR_HINTS.get((os.path.basename(code.co_filename), name))
+        if hint is not None:
+            return type(err)(f"{hint} ({err})")
+        f = f.f_back
+    return err
+
+
+def astype(x, dtype):
+    """``x.astype(dtype)`` as a differentiable function (the cast's pullback casts back; its
+    rules are in rules/shape.py). On tracked or dual values it dispatches to them.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(astype(x, np.float32) ** 2))(np.ones(2)).dtype
+        dtype('float64')
+    """
+    if type(x) in WRAPPER_TYPES:
+        return dispatch(astype, (x, dtype), {})
+    return x.astype(dtype)
+
+
+astype.__mooncake_primitive__ = True  # registry.primitive takes it as it is

@@ -22,10 +22,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import PreparedCacheSpecError
-from .pytree import flatten, leaf_paths
-from .api import value_and_grad, vjp, is_float_leaf, _fname
-from .tape.source_replay import SourcePullbackReplayer, SourceReplayer
+from ..core.arguments import fname, is_float_leaf
+from ..core.pytree import flatten, leaf_paths
+from ..errors import PreparedCacheSpecError
+from ..replay.compiling import CompilingReplayer
+from ..replay.source import SourcePullbackReplayer, SourceReplayer
+from .reverse import value_and_grad, vjp
 
 
 def _leaf_spec(x):
@@ -68,10 +70,10 @@ class CacheSpec:
                     break
             else:
                 return
-        where = f"the {self.kind} cache prepared for {_fname(self.f)}"
+        where = f"the {self.kind} cache prepared for {fname(self.f)}"
         if f is not self.f:
             raise PreparedCacheSpecError(
-                f"{where} was called with a different function, {_fname(f)}. Prepare a cache "
+                f"{where} was called with a different function, {fname(f)}. Prepare a cache "
                 f"for each function (mp.prepare_{self.kind}_cache(f, *args)).")
         if len(args) != len(self.trees):
             raise PreparedCacheSpecError(
@@ -170,7 +172,6 @@ class GradientCache(ReplayingCache):
 
     def _new_replay(self):
         if self._compile:
-            from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
             return CompilingReplayer()
         return SourceReplayer()
 
@@ -282,7 +283,7 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
             np.shape(s) != spec[1] for s, spec in zip(seeds, cache.out_leaves)
             if spec[0] != "constant"):
         raise PreparedCacheSpecError(
-            f"the pullback cache prepared for {_fname(f)}: the cotangent ybar has structure "
+            f"the pullback cache prepared for {fname(f)}: the cotangent ybar has structure "
             f"{stree!r} with shapes {[np.shape(s) for s in seeds]}; the output has "
             f"{cache.out_tree!r} with shapes {[s[1] for s in cache.out_leaves]}.")
     rp = getattr(cache, "_replay", None)

@@ -30,12 +30,11 @@ Example:
 """
 import numpy as np
 
-from . import tape as _tape_module
-from .tape import MutatingTape, _DualItemWrite, _NP_SCALARS, _Write, begin_writes
+from ..dual.dual_array import DualArray
+from ..tape.tape import _NP_SCALARS, MutatingTape, _DualItemWrite, _Write, begin_writes
 
 _WRITE, _VIEW_WRITE = 10, 11
 _F64 = np.float64
-_DUAL = []  # [DualArray], set on first use (the dual layer imports the tape)
 
 
 class WriteFailed(Exception):
@@ -74,7 +73,7 @@ def _dual_item_write(buf, key, v, region, vshape, vdtype):
     p, t = buf._value, buf._tangent
     if type(p) is not np.ndarray or type(t) is not np.ndarray or not t.flags.writeable:
         return None
-    D = _DUAL[0] if _DUAL else _dual_type()
+    D = DualArray
     tv = type(v)
     if tv is D:
         if v._tag is not tag:
@@ -98,7 +97,7 @@ def split_dual_item(g, key):
     """``g[key]`` of a dual cotangent ``g`` (no lanes) at one float64 element, as a new dual
     scalar, with the element zeroed in ``g`` (primal and tangent): what the write pullback's
     general path does through DualArray's getitem, copy and write; None where it must run."""
-    D = _DUAL[0] if _DUAL else _dual_type()
+    D = DualArray
     if type(g) is not D:
         return None
     tag = g._tag
@@ -114,15 +113,6 @@ def split_dual_item(g, key):
     p[key] = 0
     t[key] = 0
     return D(a, b, tag)
-
-
-_tape_module._split_item = split_dual_item
-
-
-def _dual_type():
-    from ..dual.dual_array import DualArray
-    _DUAL.append(DualArray)
-    return DualArray
 
 
 def run_view_write(step, values, pbs):

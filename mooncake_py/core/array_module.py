@@ -18,7 +18,7 @@ CuPy is never imported by this module: a CuPy array can only exist once ``cupy``
 
 Example:
     >>> import numpy as np
-    >>> from mooncake_py import array_module as am
+    >>> from mooncake_py.core import array_module as am
     >>> g = np.ones(3, dtype=np.float32)
     >>> am.module_of(g, 2.0) is np
     True
@@ -30,8 +30,8 @@ import sys
 
 import numpy as np
 
+from ..errors import MissingRuleError, MixedArrayModulesError
 from .dispatch import WRAPPER_TYPES
-from .errors import MissingRuleError, MixedArrayModulesError
 
 __all__ = ["MixedArrayModulesError", "module_of", "device_module", "is_device", "unwrap",
            "zeros", "ones", "empty", "full", "eye", "tri", "arange", "asarray", "to_host",
@@ -115,7 +115,7 @@ def module_of(*values, what=None):
 
     Example:
         >>> import numpy as np
-        >>> from mooncake_py.array_module import module_of
+        >>> from mooncake_py.core.array_module import module_of
         >>> module_of(np.ones(2), [3.0, np.float32(1)]).__name__
         'numpy'
     """

@@ -67,21 +67,34 @@ import warnings
 import numpy as np
 
 from ..config import current_config
-from ..dispatch import WRAPPER_TYPES
-from ..pytree import flatten
+from ..core import array_module as am
+from ..core.arguments import check_args, fname, gc_paused, is_float_leaf
+from ..core.array_ops import ArrayOps, buffer_root, innermost
+from ..core.dispatch import WRAPPER_TYPES
+from ..core.pytree import flatten
+from ..dual.dual_array import DualArray
+from ..mixed import dual_scalars
+from ..mixed.tracking import Tracked, as_gradient, check_scalar, check_seeds, unwrap_out
 from ..rules import BUILTIN_RRULES
 from ..rules.broadcasting import shape_of
 from ..rules.derivative_table import load_for
-from ..array_ops import buffer_root, innermost
 from ..rules.indexing import is_basic_index
 from ..rules.mutation import MUTATORS, call_like
-from ..rules.registry import RRULES, COMPOSITES, ZERO_DERIVATIVE
-from . import dual_scalars, fastpath
-from .pullbacks import ItemRead
-from .replay_writes import _VIEW_WRITE, _WRITE, run_view_write, run_write, sweeping_tape
-from .tape import (ComplexMutatingTape, ComplexTape, MutatingTape, Tape, _Rearranged, _Write,
-                   _holds_tracked, begin_writes)
-from .tracked import TrackedArray
+from ..rules.registry import COMPOSITES, RRULES, ZERO_DERIVATIVE
+from ..tape import fastpath
+from ..tape.pullbacks import ItemRead
+from ..tape.tape import (
+    ComplexMutatingTape,
+    ComplexTape,
+    MutatingTape,
+    Tape,
+    _holds_tracked,
+    _Rearranged,
+    _Write,
+    begin_writes,
+)
+from ..tape.tracked import TrackedArray
+from .writes import _VIEW_WRITE, _WRITE, run_view_write, run_write, sweeping_tape
 
 # Consecutive failed replays (guards that did not hold) after which a cache stops replaying.
 MAX_FAILURES = 3
@@ -100,7 +113,6 @@ _LIKE = 12
 # replay_writes.py: (_WRITE, node, h, key, is_slot, ref, region, vshape, vdtype, buftype) and
 # (_VIEW_WRITE, node, src, pullback); field 1 is the node made (an int, as for every step
 # that makes one).
-_DUAL = [dual_scalars.DualArray]
 _DUAL_NODES = (dual_scalars.binary_node, dual_scalars.unary_node)
 _binary_node = dual_scalars._binary_node
 _MAX_INT = dual_scalars._MAX_INT  # (int constants dual_scalars takes as exact float64s)
@@ -545,8 +557,8 @@ class Plan:
             values[node] = np.float64(leaf) if type(leaf) is float else leaf
         pbs = [None] * self.n
         steps = self.steps
-        if leaves and type(leaves[0]) is _DUAL[0] and (
-                len(leaves) == 1 or all(type(leaf) is _DUAL[0] for leaf in leaves)):
+        if leaves and type(leaves[0]) is DualArray and (
+                len(leaves) == 1 or all(type(leaf) is DualArray for leaf in leaves)):
             # (not with a plain leaf among duals, an argument given no direction: the short
             # paths take a plain operand for a constant and would drop its cotangent)
             steps = self.dual_steps()
@@ -600,7 +612,7 @@ class Plan:
             elif kind == _DITEM:
                 _, node, p, key, step = step
                 d = values[p]
-                if type(d) is _DUAL[0] and RRULES.get(operator.getitem) is step[2]:
+                if type(d) is DualArray and RRULES.get(operator.getitem) is step[2]:
                     tag = d._tag
                     v, t = d._value, d._tangent
                     if not tag._watch and not tag.lanes and type(v) is np.ndarray and \
@@ -609,7 +621,7 @@ class Plan:
                         if type(y) is _F64:
                             ty = t[key]
                             if type(ty) is _F64:
-                                values[node] = _DUAL[0](y, ty, tag)
+                                values[node] = DualArray(y, ty, tag)
                                 pbs[node] = ItemRead(v.shape, key)
                                 continue
                 _general_op(step, values, pbs)
@@ -683,7 +695,7 @@ def _dual_step(step):
 def _dual_binary(op, fn, a, b):
     """dual_scalars.binary_node's checks for a step whose op and rule are known (the rule
     checked by the caller), then its node; None where the general rule must run."""
-    D = _DUAL[0]
+    D = DualArray
     if type(a) is D:
         tag = a._tag
         pa, ta = a._value, a._tangent
@@ -772,7 +784,6 @@ def _observing(conv, general):
 def install():
     """Let PlanTapes see ``bool`` and ``int`` of tracked values (a type check for every other
     tape). (Tracked values are floats: ``operator.index`` of one raises, so it needs none.)"""
-    from ..array_ops import ArrayOps
     TrackedArray.__bool__ = _observing(bool, ArrayOps.__bool__)
     TrackedArray.__int__ = _observing(int, ArrayOps.__int__)
 
@@ -781,19 +792,17 @@ def record_call(f, args, nums, tape_cls):
     """``value_and_grad(f, argnums=nums)(*args)`` recorded on a ``tape_cls``: returns the value,
     the gradients (a tuple), the tracked arguments and the tape (as the general path of
     :func:`~mooncake_py.value_and_grad` does, step for step)."""
-    from .. import array_module as am
-    from ..api import _Tracked, _check_scalar, _unwrap_out, _fname, gc_paused
-    am.module_of(*[args[i] for i in nums], what=f"the arguments of {_fname(f)}")
+    am.module_of(*[args[i] for i in nums], what=f"the arguments of {fname(f)}")
     tape = tape_cls()
     with gc_paused():
         try:
-            tr = _Tracked(f, args, nums, tape)
+            tr = Tracked(f, args, nums, tape)
             y = f(*tr.args)
-            _check_scalar(f, y)
+            check_scalar(f, y)
             grads = tr.structure(tape.gradient(y, tr.entry))
         finally:
             tape.close()
-    return _unwrap_out(y), tuple(grads), tr, tape, y
+    return unwrap_out(y), tuple(grads), tr, tape, y
 
 
 class Replayer:
@@ -836,7 +845,7 @@ class Replayer:
                     if getattr(plan, "short", False):
                         y, cts = plan.run(leaves)
                     else:
-                        with _gc_paused():
+                        with gc_paused():
                             y, cts = plan.run(leaves)
                     grads = tuple(plan.finish(cts))
                 except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
@@ -896,25 +905,8 @@ class Replayer:
         return len(consts) == len(want) and all(_same(c, w) for c, w in zip(consts, want))
 
 
-_API = {}
 
 
-def _api(name):
-    """A function of mooncake_py.api (which imports this package: looked up on first use), or
-    of the modules named in _ELSEWHERE."""
-    f = _API.get(name)
-    if f is None:
-        import importlib
-        module = importlib.import_module(_ELSEWHERE.get(name, "mooncake_py.api"))
-        f = _API[name] = getattr(module, name)
-    return f
-
-
-_ELSEWHERE = {"Tag": "mooncake_py.dual.dual_array", "_result": "mooncake_py.forward_api"}
-
-
-def _gc_paused():
-    return _api("gc_paused")()
 
 
 def _split_leaves(args, nums, dual=False, plain=False):
@@ -938,7 +930,7 @@ def _split_leaves(args, nums, dual=False, plain=False):
         else:
             return leaves, consts
     else:  # duals of plain arrays (the common HVP / derivative call), the same way
-        D = _dual_type()
+        D = DualArray
         leaves, consts = [], []
         for i, a in enumerate(args):
             t = type(a)
@@ -954,13 +946,12 @@ def _split_leaves(args, nums, dual=False, plain=False):
                 break
         else:
             return leaves, consts
-    is_float_leaf = _api("is_float_leaf")
     leaves, consts = [], []
     for i, a in enumerate(args):
         for leaf in flatten(a)[0]:
             if i in nums and is_float_leaf(leaf):
                 t = type(leaf)
-                if plain and t is not _dual_type() and (
+                if plain and t is not DualArray and (
                         t is float or (t in (np.ndarray, np.float64) and
                                        leaf.dtype == np.float64)):
                     # a float argument given no direction (v = (v, None)): tracked, but
@@ -969,7 +960,7 @@ def _split_leaves(args, nums, dual=False, plain=False):
                     # or shape) records instead of replaying a plan made for a plain value
                     consts.append(f"plain float leaf {t.__name__} {np.shape(leaf)}")
                 elif dual:
-                    if t is not _dual_type() or not (
+                    if t is not DualArray or not (
                             type(leaf._value) in (np.ndarray, np.float64) and
                             type(leaf._tangent) in (np.ndarray, np.float64) and
                             leaf._value.dtype == np.float64 and
@@ -984,12 +975,6 @@ def _split_leaves(args, nums, dual=False, plain=False):
     return leaves, consts
 
 
-def _dual_type():
-    D = _API.get("DualArray")
-    if D is None:
-        from ..dual.dual_array import DualArray as D
-        _API["DualArray"] = D
-    return D
 
 
 def _make_plan(tape, tr, y, args, nums, before, dual=False):
@@ -1006,10 +991,9 @@ def _finisher(tr, args, nums, dual=False):
     are all plain arrays (one leaf each, no container to rebuild; with ``dual`` all duals) the
     same conversion (``api._as_gradient``) applied leaf by leaf. (``_as_gradient`` hands a
     dual cotangent back as it is, whatever the leaf, so that case skips the call.)"""
-    leaf_type = _dual_type() if dual else np.ndarray
+    leaf_type = DualArray if dual else np.ndarray
     if not all(type(args[i]) is leaf_type for i in nums):
         return tr.structure
-    as_gradient = _api("_as_gradient")
     protos = [np.empty(0, args[i].dtype) for i in nums]  # (dtype and type are what it reads)
     if dual:
         def finish(cts):
@@ -1061,38 +1045,22 @@ def output_template(outs, tape):
     return tmpl
 
 
-def _check_seeds(f, outs, ytree, seeds, stree):
-    """The checks ``mp.vjp``'s pullback makes on its cotangent, with the same errors."""
-    from ..api import _check_cotangent_kind, _fname
-    from ..errors import TangentError
-    if stree != ytree:
-        raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has structure "
-                           f"{stree!r}; the output has {ytree!r}.")
-    for o, s in zip(outs, seeds):
-        os_, ss = np.shape(o._value if type(o) is TrackedArray else o), np.shape(s)
-        if os_ != ss:
-            raise TangentError(f"the cotangent given to the pullback of {_fname(f)} has shape "
-                               f"{ss}; the output it belongs to has shape {os_}.")
-        _check_cotangent_kind(f, o, s)
-
-
 def record_pullback(f, args, nums, ybar, tape_cls):
     """``mp.vjp(f, *args)`` and its pullback at ``ybar``, recorded on a ``tape_cls`` step for
     step as :func:`~mooncake_py.vjp` does: returns the value, the cotangents (a tuple over
     ``nums``), the tracked arguments, the tape and the flattened outputs."""
-    from ..api import _Tracked, _unwrap_out, check_args
     check_args(f, args, range(len(args)))
     tape = tape_cls()
-    with _gc_paused():
+    with gc_paused():
         try:
-            tr = _Tracked(f, args, nums, tape)
+            tr = Tracked(f, args, nums, tape)
             outs, ytree = flatten(f(*tr.args))
             seeds, stree = flatten(ybar)
-            _check_seeds(f, outs, ytree, seeds, stree)
+            check_seeds(f, outs, ytree, seeds, stree)
             cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
         finally:
             tape.close()
-    return ytree.unflatten([_unwrap_out(o) for o in outs]), tuple(cots), tr, tape, outs, ytree
+    return ytree.unflatten([unwrap_out(o) for o in outs]), tuple(cots), tr, tape, outs, ytree
 
 
 def _complex_seed(seeds):
@@ -1138,7 +1106,7 @@ class PullbackReplayer(Replayer):
                     if plan.short:
                         outs, cts = plan.run_pullback(leaves, seeds)
                     else:
-                        with _gc_paused():
+                        with gc_paused():
                             outs, cts = plan.run_pullback(leaves, seeds)
                     cots = tuple(plan.finish(cts))
                 except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)

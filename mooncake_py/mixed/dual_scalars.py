@@ -25,14 +25,14 @@ import operator
 import numpy as np
 
 from ..dual.dual_array import DualArray
-from ..dual.elementwise import program, _cast, _result_dtype, reusing_programs
+from ..dual.elementwise import _cast, _result_dtype, program, reusing_programs
 from ..rules.broadcasting import shape_of, unbroadcast
 from ..rules.derivative_table import TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
-from .pullbacks import ItemRead
-from .tape import Tape, _SWEEPING
-from .tracked import TrackedArray
+from ..tape.pullbacks import ItemRead
+from ..tape.tape import _SWEEPING, Tape
+from ..tape.tracked import TrackedArray
 
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)

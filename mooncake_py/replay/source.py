@@ -74,9 +74,21 @@ import types
 
 import numpy as np
 
+from ..dual.dual_array import DualArray
+from ..dual.kernels_cpu import kernel_dir
+from ..rules.derivative_table import BY_UFUNC, TABLE
 from . import compiled as _c
-from .replay import (_ALLOCATORS, _FRESH_LIKE, _LIKE, _OP, _SLOT, Plan, PullbackReplayer,
-                     Replayer, _Failed)
+from .plans import (
+    _ALLOCATORS,
+    _FRESH_LIKE,
+    _LIKE,
+    _OP,
+    _SLOT,
+    Plan,
+    PullbackReplayer,
+    Replayer,
+    _Failed,
+)
 
 # Runs of scalar steps shorter than this stay Python replay: a segment costs a forward step,
 # an output step per value read after it and a few calls, about the replay of ~8 steps.
@@ -314,7 +326,6 @@ _MAGIC = b"mooncake_py source replay 1\n"
 
 
 def _cache_dir():
-    from ..dual.kernels_cpu import kernel_dir
     return kernel_dir()
 
 
@@ -576,7 +587,6 @@ def _inline(stmts, outs):
 
 def _dual_entries():
     """opcode -> table entry, for the ops a dual program runs."""
-    from ..rules.derivative_table import BY_UFUNC, TABLE
     out = {1: TABLE["add"], 2: TABLE["subtract"], 3: TABLE["multiply"],
            4: BY_UFUNC[np.true_divide], _c._NEG: TABLE["negative"]}
     for k, (uf, _, _, _) in enumerate(_c.table_unary_ops()):
@@ -772,7 +782,7 @@ class _DualWholeProgram:
         self.fn = _build("mp_dual_whole", params, body)
 
     def run(self, leaves):
-        dual = _dual_type()
+        dual = DualArray
         if len(leaves) != len(self.shapes) or not leaves:
             raise _Unfit()
         tag = leaves[0]._tag
@@ -803,14 +813,6 @@ class _DualWholeProgram:
         return dual(_F64(y), _F64(yt), tag), cts
 
 
-_DUAL = []
-
-
-def _dual_type():
-    if not _DUAL:
-        from ..dual.dual_array import DualArray
-        _DUAL.append(DualArray)
-    return _DUAL[0]
 
 
 class _SegmentState:
@@ -1025,7 +1027,7 @@ class _DualSegment(_SourceSegment):
 
     def forward(self, values):
         _c._check_rules(self.fns)
-        D = _dual_type()
+        D = DualArray
         E = len(self.scalars)
         tag = None
         vs, ts = [], []
@@ -1064,7 +1066,7 @@ class _DualSegment(_SourceSegment):
         seeds = state.seeds
         if not seeds:
             return (None,) * len(self.external)
-        D = _dual_type()
+        D = DualArray
         tag = state.tag
         nodes = self.outputs_of(seeds)
         order = sorted(range(len(nodes)), key=nodes.__getitem__)
@@ -1124,7 +1126,7 @@ class _MixedSource(Plan):
 
 
 class SourcePlan:
-    """A replay :class:`~mooncake_py.tape.replay.Plan` whose scalar runs run as generated
+    """A replay :class:`~mooncake_py.replay.plans.Plan` whose scalar runs run as generated
     Python source (module docstring), made on its first replay; used by the replayers exactly
     as the plan it wraps. ``runs``: calls served by generated code; ``fallbacks``: calls run
     the Python-replay way after the generated code raised (a float error) or gave a
@@ -1194,15 +1196,15 @@ def _source_for(plan, leaves):
     """What runs ``plan`` with generated source: a :class:`_WholeProgram`, a mixed plan
     with source segments, or None when it has no run of :data:`MIN_RUN` scalar steps."""
     codes = _OPCODES or _OPCODES.update(_c._opcodes()) or _OPCODES
-    if any(type(leaf) is _dual_type() for leaf in leaves):
+    if any(type(leaf) is DualArray for leaf in leaves):
         # a plan on duals (an HVP cache's): one function when it is all scalar steps, else
         # dual source segments between Python steps. With a plain leaf among the duals (an
         # argument given no direction) Python replay: the dual segments read duals only
-        if not all(type(leaf) is _dual_type() for leaf in leaves):
+        if not all(type(leaf) is DualArray for leaf in leaves):
             return None
         values = [leaf._value for leaf in leaves]
         if plan.ynode is None or not all(
-                type(leaf) is _dual_type() and _c._f64_array(leaf._tangent, np.shape(v))
+                type(leaf) is DualArray and _c._f64_array(leaf._tangent, np.shape(v))
                 for leaf, v in zip(leaves, values)):
             return None
         info = _c._node_info(plan, values)
@@ -1253,7 +1255,7 @@ def _write_specs(plan, specs, info, dual=False):
         if st[0] != _c._WRITE:
             continue
         _, node, h, key, is_slot, ref, region, vshape, vdtype, buftype = st
-        if buftype is not (_dual_type() if dual else np.ndarray) or region != () or \
+        if buftype is not (DualArray if dual else np.ndarray) or region != () or \
                 vshape != () or \
                 info[h] is None or info[h][1] != _F64_DT or not info[h][0] or \
                 readers.get(h) != [k] or h not in made_by or (vdtype is not None and
@@ -1330,7 +1332,7 @@ def _whole(plan, specs, leaves):
 
 
 class SourceReplayer(Replayer):
-    """A :class:`~mooncake_py.tape.replay.Replayer` whose plans replay their scalar runs as
+    """A :class:`~mooncake_py.replay.plans.Replayer` whose plans replay their scalar runs as
     generated source (:class:`SourcePlan`); guards, the fallback to recording and the give-up
     after repeated failures are the Replayer's. With ``dual=True`` (an HVP cache) a plan made
     only of scalar steps runs as one generated forward-over-reverse function.
@@ -1354,7 +1356,7 @@ class SourceReplayer(Replayer):
 
 
 class SourcePullbackReplayer(PullbackReplayer):
-    """A :class:`~mooncake_py.tape.replay.PullbackReplayer` whose plans replay their scalar
+    """A :class:`~mooncake_py.replay.plans.PullbackReplayer` whose plans replay their scalar
     runs as generated source (segments; the sweep from the caller's seeds is the plan's).
 
     Example:

@@ -1,6 +1,6 @@
 """Replay for prepared derivative caches: forward mode without running ``f``.
 
-A derivative cache records ``f`` once on a :class:`~mooncake_py.tape.replay.PlanTape` (on the
+A derivative cache records ``f`` once on a :class:`~mooncake_py.replay.plans.PlanTape` (on the
 primal values: the plan is the gradient replay's, with its guards), and later calls run that
 plan forward on each call's (primal, tangent) pairs: every op step calls the op's frule
 directly, as the forward dispatch (``dual_array._apply``) would, and every guard is recomputed
@@ -20,11 +20,31 @@ instead); failed guards record again, and a cache whose guards keep failing fall
 import numpy as np
 
 from ..config import current_config
-from ..rules.registry import FRULES
-from . import replay as rp
-from .replay import (_BIN, _CONST, _GUARD, _ITEM, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM, _UNARY,
-                     PlanTape, Replayer, _Failed, _copy, _split_leaves)
-
+from ..core.arguments import gc_paused, plain
+from ..core.pytree import flatten
+from ..dual.dual_array import DualArray, _paired, _run_rule, _wrap
+from ..dual.seeding import jvp_seeded, result, seed
+from ..mixed.tracking import Tracked
+from ..rules.mutation import MUTATORS
+from ..rules.registry import COMPOSITES, FRULES
+from . import plans as rp
+from .plans import (
+    _BIN,
+    _CONST,
+    _GUARD,
+    _ITEM,
+    _OBSERVE,
+    _OP,
+    _SEQ_T,
+    _SLOT,
+    _SUM,
+    _UNARY,
+    PlanTape,
+    Replayer,
+    _copy,
+    _Failed,
+    _split_leaves,
+)
 
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
@@ -44,8 +64,6 @@ class _Step:
 def _forward_steps(tape):
     """The plan steps of ``tape`` as forward steps (``_Step``, or the guard and observe steps
     as they are); None when an op has no built-in frule (forward mode would expand it)."""
-    from ..rules.mutation import MUTATORS
-    from ..rules.registry import COMPOSITES
     out = []
     f64 = np.dtype(np.float64)
     for st in tape.plan_steps:
@@ -92,19 +110,6 @@ def _args(tmpl, P, T):
     return primals, tangents
 
 
-_LAYER = []
-
-
-def _dual_layer():
-    """What a forward plan calls in the dual layer (imported on first use: forward_api imports
-    this module)."""
-    if not _LAYER:
-        from ..dual.dual_array import DualArray, _paired, _run_rule, _wrap
-        from ..forward_api import _result
-        _LAYER.extend((DualArray, _paired, _run_rule, _wrap, _result))
-    return _LAYER
-
-
 class ForwardPlan:
     """A recording of ``f`` made into frule calls, with the recording's guards."""
 
@@ -117,7 +122,6 @@ class ForwardPlan:
     def run(self, duals, tag):
         """``(output primals, output tangents)`` (leaf lists, as ``jvp`` returns them) for the
         seeded input ``duals`` of ``tag``; raises _Failed."""
-        DualArray, _paired, _run_rule, _wrap, _result = _dual_layer()
         P, T = [None] * self.n, [None] * self.n
         for node, d in zip(self.inputs, duals):
             P[node], T[node] = d._value, d._tangent
@@ -148,7 +152,7 @@ class ForwardPlan:
                 P[st.node], T[st.node] = v, tout
             else:  # a guard or an observation, checked on the primals
                 rp.check_guard(st, P)
-        pairs = [_result(DualArray(P[r], T[r], tag) if k == _SLOT else _copy(r), tag)
+        pairs = [result(DualArray(P[r], T[r], tag) if k == _SLOT else _copy(r), tag)
                  for k, r in self.outs]
         return [p for p, _ in pairs], [t for _, t in pairs]
 
@@ -157,8 +161,6 @@ def _detached(args, nums):
     """``args`` with every array leaf copied and every dual leaf of ``nums`` replaced by a
     copy of its primal: recording on them leaves the caller's arrays as they were, whatever
     ``f`` writes (the call's result comes from the plan or from jvp, never from this run)."""
-    from ..api import plain
-    from ..pytree import flatten
     out = []
     for i, a in enumerate(args):
         leaves, tree = flatten(plain(a) if i in nums else a)
@@ -173,15 +175,13 @@ def _record_plan(f, args, nums, lanes):
     """A :class:`ForwardPlan` of ``f`` recorded on a PlanTape at (copies of) the primals of
     the seeded ``args``; None when the recording cannot be one, ``_RAISED`` when ``f``
     raised while recording."""
-    from ..api import _Tracked
-    from ..pytree import flatten
     pargs = _detached(args, nums)
     before = [_copy(c) for c in _split_leaves(pargs, nums)[1]]
     tape = PlanTape()
     try:
-        with rp._gc_paused():
+        with gc_paused():
             try:
-                tr = _Tracked(f, pargs, nums, tape)
+                tr = Tracked(f, pargs, nums, tape)
                 outs, ytree = flatten(f(*tr.args))
             finally:
                 tape.close()
@@ -195,16 +195,6 @@ def _record_plan(f, args, nums, lanes):
         return None
     return ForwardPlan(steps, len(tape._parents), [e._node for e in tr.entry], tmpl, ytree,
                        before, nums, lanes)
-
-
-_FAPI = []
-
-
-def _forward_api():
-    if not _FAPI:
-        from ..forward_api import _jvp_seeded, _seed
-        _FAPI.extend((_seed, _jvp_seeded))
-    return _FAPI
 
 
 class DerivativeReplayer(Replayer):
@@ -227,14 +217,13 @@ class DerivativeReplayer(Replayer):
         """``mp.jvp(f, primals, tangents, lanes=bool(lanes))``, from the plan when its guards
         hold. A failed guard records ``f`` again (on copies of the arguments) and runs the new
         plan, so ``f`` runs once per call either way, except when it cannot be planned."""
-        _seed, _jvp_seeded = _forward_api()
-        tag, args = _seed(f, primals, tangents, bool(lanes))
+        tag, args = seed(f, primals, tangents, bool(lanes))
         if self.disabled or current_config().debug_mode:
-            return _jvp_seeded(f, tag, args)
+            return jvp_seeded(f, tag, args)
         nums = tuple(i for i, t in enumerate(tangents) if t is not None)
         leaves, consts = _split_leaves(args, nums, dual=True)
         if leaves is None:  # (float32, CuPy, nesting, a float leaf without a tangent)
-            return _jvp_seeded(f, tag, args)
+            return jvp_seeded(f, tag, args)
         plan = self.plan
         # (arguments given tangents other than the plan's, as after the preparation's zero
         # tangents for every float argument, are a new recording, not a failed guard)
@@ -248,20 +237,20 @@ class DerivativeReplayer(Replayer):
                     return got
             missed = True  # (counted once f has run without raising, as in Replayer.call)
             if self.failures + 1 >= rp.MAX_FAILURES:
-                out = _jvp_seeded(f, tag, args)
+                out = jvp_seeded(f, tag, args)
                 self.failed(f)
                 return out
         plan = _record_plan(f, args, nums, tag.lanes)
         if plan is _RAISED:  # (bad input, say: jvp raises the error; the plan is kept)
-            return _jvp_seeded(f, tag, args)
+            return jvp_seeded(f, tag, args)
         if missed:
             self.failed(f)
         self.plan = plan
         self.planned(plan)  # (after a few recordings that cannot be planned: jvp only)
         if plan is None:
-            return _jvp_seeded(f, tag, args)
+            return jvp_seeded(f, tag, args)
         got = self._run(plan, leaves, tag)
-        return _jvp_seeded(f, tag, args) if got is None else got
+        return jvp_seeded(f, tag, args) if got is None else got
 
     @staticmethod
     def _run(plan, leaves, tag):

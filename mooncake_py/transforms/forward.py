@@ -4,84 +4,24 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import array_module as am
-from .api import is_float_leaf, vjp, _fname, _norm_argnums, split_aux, plain, check_leaf_kind, check_args
-from .array_ops import has_buffer
-from .config import current_config
-from .dual.dual_array import DualArray, Tag, _validate, _as_value
-from .errors import (ArgumentError, NonDifferentiableInputError, OutputTypeError, PreparedCacheSpecError,
-                     TangentError)
-from .pytree import flatten, leaf_paths, ravel_pytree
+from ..config import current_config
+from ..core.arguments import (
+    check_args,
+    fname,
+    is_float_leaf,
+    norm_argnums,
+)
+from ..core.pytree import flatten, ravel_pytree
+from ..dual.seeding import jvp_seeded, lane_count, seed
+from ..errors import (
+    NonDifferentiableInputError,
+    OutputTypeError,
+    PreparedCacheSpecError,
+    TangentError,
+)
+from ..replay.forward import DerivativeReplayer
 from .caches import CacheSpec, ReplayingCache, expect_cache
-from .tape.forward_replay import DerivativeReplayer
-
-
-def _lane_count(tangents):
-    for t in tangents:
-        for leaf in flatten(t)[0]:
-            if leaf is not None:
-                if np.ndim(leaf) == 0:
-                    raise TangentError(
-                        "lanes=True but a tangent is a scalar; with lanes every tangent needs a "
-                        "leading lane axis (shape (k,) + primal shape).")
-                return np.shape(leaf)[0]
-    raise TangentError("lanes=True but every tangent is None: there is no direction to push.")
-
-
-def _seed(f, primals, tangents, lanes):
-    """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual."""
-    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise ArgumentError(
-            f"jvp(f, primals, tangents) takes tuples of positional arguments of {_fname(f)}: "
-            f"jvp(f, (x,), (v,)); got {type(primals).__name__} and {type(tangents).__name__}. "
-            "Wrap a single argument and its tangent in one-element tuples.")
-    if len(primals) != len(tangents):
-        raise TangentError(f"jvp got {len(primals)} primal(s) but {len(tangents)} tangent(s) for "
-                           f"{_fname(f)}; give one tangent (or None) per positional argument.")
-    k = _lane_count(tangents) if lanes else 0
-    tag = Tag(k)
-    args = []
-    for i, (p, t) in enumerate(zip(primals, tangents)):
-        if t is None:
-            args.append(p)
-            continue
-        pl, ptree = flatten(p)
-        tl, ttree = flatten(t)
-        if ttree != ptree:
-            raise TangentError(f"the tangent of argument {i} of {_fname(f)} has structure "
-                               f"{ttree!r}; the argument has {ptree!r}.")
-        paths = leaf_paths(p)
-        new = []
-        for x, v, path in zip(pl, tl, paths):
-            if v is None:
-                new.append(x)
-                continue
-            if type(x) is not np.ndarray:
-                check_leaf_kind(f, i, x, path)
-            _validate(x, v, k, what=f"argument {i}{path} of {_fname(f)}")
-            am.module_of(x, v, what=f"argument {i}{path} of {_fname(f)}")
-            x = _as_value(x)
-            v = _as_value(v, x.dtype)
-            if x.dtype.kind == "c":
-                tag.complex = True
-            # the dual's own tangent: writes f makes into its input move it, never the caller's v
-            new.append(DualArray(x, v.copy() if has_buffer(v) else v, tag))
-        args.append(ptree.unflatten(new))
-    return tag, args
-
-
-def _result(o, tag):
-    """(primal, tangent) of one output leaf."""
-    if type(o) is DualArray and o._tag is tag:
-        t = o._tangent
-        if type(t) is np.ndarray and not t.flags.writeable:
-            t = t.copy()  # a broadcast view inside the computation: hand out an owned array
-        return o._value, t
-    if is_float_leaf(o):
-        v = np.float64(o) if type(o) is float else o
-        shape = ((tag.lanes,) if tag.lanes else ()) + tuple(np.shape(v))
-        return v, am.zeros(shape, dtype=v.dtype, like=v)
-    return o, None
+from .reverse import vjp
 
 
 def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *,
@@ -107,24 +47,8 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
         array([[1., 0.],
                [0., 1.]])
     """
-    tag, args = _seed(f, primals, tangents, lanes)
-    return _jvp_seeded(f, tag, args, has_aux)
-
-
-def _jvp_seeded(f, tag, args, has_aux=False):
-    """The rest of :func:`jvp` once :func:`_seed` has made the arguments."""
-    try:
-        y = f(*args)
-        if has_aux:
-            y, aux = split_aux(f, y)
-        outs, tree = flatten(y)
-        pairs = [_result(o, tag) for o in outs]
-    finally:
-        tag.close()  # a dual f saved somewhere raises if used later
-    if has_aux:
-        return (tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs]),
-                plain(aux))
-    return tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs])
+    tag, args = seed(f, primals, tangents, lanes)
+    return jvp_seeded(f, tag, args, has_aux)
 
 
 # --- prepared caches --------------------------------------------------------------------------
@@ -142,7 +66,7 @@ class DerivativeCache(ReplayingCache):
         return DerivativeReplayer()
 
     def __repr__(self):
-        return (f"DerivativeCache({_fname(self.spec.f)}, {len(self.spec.trees)} argument(s), "
+        return (f"DerivativeCache({fname(self.spec.f)}, {len(self.spec.trees)} argument(s), "
                 f"lanes={self.lanes})")
 
 
@@ -220,7 +144,7 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
             tangents = list(t)
         else:
             raise TangentError(
-                f"value_and_derivative of {_fname(f)}: with {n} arguments the tangents must be "
+                f"value_and_derivative of {fname(f)}: with {n} arguments the tangents must be "
                 f"a tuple of {n} (None for a constant argument); got {type(t).__name__}.")
         cache.spec.check(f, primals)
         if cache.lanes:
@@ -243,10 +167,10 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
 
 
 def _check_lanes(cache, f, tangents):
-    k = _lane_count(tangents)
+    k = lane_count(tangents)
     if k != cache.lanes:
         raise PreparedCacheSpecError(
-            f"value_and_derivative: the tangents carry {k} lanes; the cache for {_fname(f)} "
+            f"value_and_derivative: the tangents carry {k} lanes; the cache for {fname(f)} "
             f"was prepared with lanes={cache.lanes}.")
 
 
@@ -283,7 +207,7 @@ def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None =
 
     @functools.wraps(f)
     def jacobian_f(*args):
-        check_args(f, args, _norm_argnums(argnums, len(args), f))  # named errors, early
+        check_args(f, args, norm_argnums(argnums, len(args), f))  # named errors, early
         if not isinstance(argnums, int) or not is_float_leaf(args[argnums % len(args)] if args
                                                              else None):
             return _jacobian_tree(f, args, argnums, mode, chunk_size)
@@ -291,13 +215,13 @@ def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None =
         x = args[i]
         if not is_float_leaf(x):
             raise NonDifferentiableInputError(
-                f"jacobian of {_fname(f)}: argument {argnums} is a {type(x).__name__}"
+                f"jacobian of {fname(f)}: argument {argnums} is a {type(x).__name__}"
                 f"{'' if getattr(x, 'dtype', None) is None else f' of dtype {x.dtype}'}; it must "
                 "be one floating-point array or float (for containers use mp.jvp or mp.vjp).")
         x = np.float64(x) if type(x) is float else x
         if getattr(x, "dtype", None) is not None and x.dtype.kind == "c":
             raise NonDifferentiableInputError(
-                f"jacobian of {_fname(f)}: argument {argnums} is complex; a Jacobian over C "
+                f"jacobian of {fname(f)}: argument {argnums} is complex; a Jacobian over C "
                 "treated as R² has no (y.shape + x.shape) layout unless f is holomorphic. Use "
                 "mp.jvp with complex tangents (J·v) or mp.vjp with complex cotangents (the adjoint "
                 "for Re Σ conj(a)·b), or differentiate with respect to (np.real(z), np.imag(z)).")
@@ -322,12 +246,12 @@ def _jacobian_tree(f, args, argnums, mode, chunk_size):
     """The Jacobian for container arguments/outputs or several ``argnums``: the differentiated
     float leaves are raveled into one vector, the float outputs into another, and the flat
     Jacobian is cut into blocks in the containers' structures."""
-    nums = _norm_argnums(argnums, len(args), f)
+    nums = norm_argnums(argnums, len(args), f)
     flat, unravel = ravel_pytree(tuple(args[i] for i in nums))
     if flat.size == 0 and not any(is_float_leaf(leaf) for i in nums  # empty arrays: J is empty
                                   for leaf in flatten(args[i])[0]):
         raise NonDifferentiableInputError(
-            f"jacobian of {_fname(f)}: argument(s) {argnums!r} hold no floating-point leaf to "
+            f"jacobian of {fname(f)}: argument(s) {argnums!r} hold no floating-point leaf to "
             "differentiate; make them float arrays or floats (x.astype(float), 2.0 not 2).")
 
     def call(v):
@@ -339,7 +263,7 @@ def _jacobian_tree(f, args, argnums, mode, chunk_size):
     floats = [j for j, o in enumerate(outs) if is_float_leaf(o)]
     if not floats:
         raise OutputTypeError(
-            f"jacobian needs {_fname(f)} to return floating-point arrays (or containers of "
+            f"jacobian needs {fname(f)} to return floating-point arrays (or containers of "
             f"them); it returned {ytree!r} with no float leaf.")
 
     def g(v):
@@ -378,7 +302,7 @@ def _jacobian_tree(f, args, argnums, mode, chunk_size):
 def _check_output(f, y):
     if not is_float_leaf(y):
         raise OutputTypeError(
-            f"jacobian needs {_fname(f)} to return one floating-point array; it returned "
+            f"jacobian needs {fname(f)} to return one floating-point array; it returned "
             f"{type(y).__name__}. For several outputs, take the Jacobian of each, or use mp.jvp / "
             "mp.vjp.")
     return y

@@ -11,17 +11,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import array_module as am
-from .api import (value_and_grad, _norm_argnums, _fname, is_float_leaf, check_args,
-                  _as_gradient, _check_scalar, gc_paused)
+from ..config import current_config
+from ..core import array_module as am
+from ..core.arguments import check_args, fname, gc_paused, is_float_leaf, norm_argnums
+from ..core.pytree import flatten
+from ..dual.dual_array import DualArray, Tag
+from ..dual.seeding import result, seed
+from ..errors import ArgumentError, NonDifferentiableInputError, TangentError
+from ..mixed.tracking import as_gradient, check_scalar
+from ..replay.compiling import CompilingReplayer
+from ..replay.plans import Replayer
+from ..replay.source import SourceReplayer
+from ..tape import Tape, TrackedArray
 from .caches import CacheSpec, ReplayingCache, expect_cache
-from .config import current_config
-from .errors import ArgumentError, NonDifferentiableInputError, TangentError
-from .dual.dual_array import DualArray, Tag
-from .forward_api import _seed, _result
-from .pytree import flatten
-from .tape import Tape, TrackedArray
-from .tape.replay import Replayer
+from .reverse import value_and_grad
 
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
 # the per-op overhead is shared by many directions, small enough that k copies of every
@@ -37,7 +40,7 @@ def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False, replaye
     tangents = [None] * len(args)
     for i, v in zip(nums, vs):
         tangents[i] = v
-    tag, dargs = _seed(f, tuple(args), tuple(tangents), lanes)
+    tag, dargs = seed(f, tuple(args), tuple(tangents), lanes)
     try:
         if replayer is not None:
             y, grads = replayer.call(f, dargs, nums)
@@ -47,11 +50,11 @@ def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False, replaye
         tag.close()  # duals f saved somewhere raise if used later (the results are unwrapped)
     if has_aux:
         y, aux = y
-    value = _result(y, tag)[0] if is_float_leaf(y) else y
+    value = result(y, tag)[0] if is_float_leaf(y) else y
     gs, hvs = [], []
     for g in grads:
         leaves, tree = flatten(g)
-        pairs = [(None, None) if leaf is None else _result(leaf, tag) for leaf in leaves]
+        pairs = [(None, None) if leaf is None else result(leaf, tag) for leaf in leaves]
         gs.append(tree.unflatten([p for p, _ in pairs]))
         hvs.append(tree.unflatten([t for _, t in pairs]))
     if has_aux:
@@ -64,7 +67,7 @@ def _split_v(f, argnums, v):
         return (v,)
     if not isinstance(v, (tuple, list)) or len(v) != len(argnums):
         raise TangentError(
-            f"hvp of {_fname(f)} with argnums={argnums!r}: v must be a tuple with one direction "
+            f"hvp of {fname(f)} with argnums={argnums!r}: v must be a tuple with one direction "
             f"per differentiated argument ({len(argnums)}), got {type(v).__name__}.")
     return tuple(v)
 
@@ -94,7 +97,7 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
     def hvp_f(*args_and_v, **kwargs):
         if len(args_and_v) < 2:
             raise ArgumentError(
-                f"hvp(f)(*args, v) takes the arguments of {_fname(f)} and then the direction v "
+                f"hvp(f)(*args, v) takes the arguments of {fname(f)} and then the direction v "
                 f"as the last positional argument; it got {len(args_and_v)} positional "
                 "argument(s), so v is missing. Call mp.hvp(f)(x, v) with v shaped like x (or "
                 "mp.hessian(f)(x) for the whole matrix).")
@@ -104,7 +107,7 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 hv = _fast_hvp(f, argnums, args, v, kwargs)
                 if hv is not _NOT_FAST:
                     return hv
-            nums = _norm_argnums(argnums, len(args), f)
+            nums = norm_argnums(argnums, len(args), f)
             value, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v), lanes,
                                                kwargs, has_aux)
         except TangentError as e:
@@ -150,7 +153,7 @@ def _fast_hvp(f, argnum, args, v, kwargs):
                 yv = y._value if type(y) is TrackedArray else y
                 # (a dual of a float64 scalar is seeded by the sweep with a float64 one)
                 if type(yv) is not DualArray or type(yv._value) is not np.float64:
-                    _check_scalar(f, y)
+                    check_scalar(f, y)
                 g = tape.gradient(y, [entry])[0]
             finally:
                 tape.close()  # a tracked value f saved somewhere raises if used later
@@ -162,8 +165,8 @@ def _fast_hvp(f, argnum, args, v, kwargs):
             hv = hv.copy()  # a broadcast view inside the computation: hand out an owned array
         return hv
     if type(g) is np.ndarray and g.dtype.type is np.float64:
-        return np.zeros(g.shape)  # no dual reached x: a zero H·v, as _result gives
-    return _result(_as_gradient(g, d), tag)[1]
+        return np.zeros(g.shape)  # no dual reached x: a zero H·v, as result gives
+    return result(as_gradient(g, d), tag)[1]
 
 
 def _float_leaves(args, nums):
@@ -195,11 +198,11 @@ def _hessian_rows(f, nums, args, kwargs, chunk_size, replayers=None):
         else np.float64
     if np.dtype(dtype).kind == "c":
         raise NonDifferentiableInputError(
-            f"hessian of {_fname(f)}: a complex argument has no Hessian in the (N, N) layout "
+            f"hessian of {fname(f)}: a complex argument has no Hessian in the (N, N) layout "
             "used here (over C treated as R² it is a 2N x 2N real matrix). Use mp.hvp(f)(z, v) "
             "with complex directions v (it applies that R² Hessian to (Re v, Im v) and returns "
             "the result as a complex array), or take the Hessian of f in (Re z, Im z).")
-    xp = am.module_of(*[leaf for _, _, leaf in leaves], what=f"the Hessian of {_fname(f)}")
+    xp = am.module_of(*[leaf for _, _, leaf in leaves], what=f"the Hessian of {fname(f)}")
     k = _chunk(n, np.dtype(dtype).itemsize, chunk_size)
     blocks = []  # row blocks, joined at the end: under jvp they are duals, which a plain
     value, grads = None, None  # preallocated H could not hold (jvp(hessian(f)): third order)
@@ -281,7 +284,7 @@ def hessian(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
     @functools.wraps(f)
     def hessian_f(*args, **kwargs):
-        nums = _norm_argnums(argnums, len(args), f)
+        nums = norm_argnums(argnums, len(args), f)
         _, _, H, leaves, offsets = _hessian_rows(f, nums, args, kwargs, chunk_size)
         return _hessian_blocks(args, nums, H, leaves, offsets, single)
     return hessian_f
@@ -299,9 +302,7 @@ class HVPCache(ReplayingCache):
 
     def _new_replay(self):
         if self._compile:
-            from .tape.compiled import CompilingReplayer  # (numba itself loads on first use)
             return CompilingReplayer(dual=True, kind="hvp")
-        from .tape.source_replay import SourceReplayer
         return SourceReplayer(dual=True, kind="hvp")
 
 
@@ -369,7 +370,7 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
         vs = (v,)
     else:
         if not isinstance(v, (tuple, list)) or len(v) != len(args):
-            raise TangentError(f"value_and_hvp of {_fname(f)}: with {len(args)} arguments, v must "
+            raise TangentError(f"value_and_hvp of {fname(f)}: with {len(args)} arguments, v must "
                                "be a tuple with one direction per argument (None for constants).")
         vs = tuple(v[i] for i in nums)
     value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {},
@@ -390,7 +391,7 @@ def _replayed_hvp_one(replayer, f, x, v):
     and raises where it should).
 
     Example:
-        >>> from mooncake_py.tape.replay import Replayer
+        >>> from mooncake_py.replay.plans import Replayer
         >>> r = Replayer(dual=True, kind="hvp")
         >>> f = lambda x: np.sum(x ** 3)
         >>> y, g, hv = _replayed_hvp_one(r, f, np.array([1.0, 2.0]), np.array([1.0, 0.0]))
@@ -402,15 +403,15 @@ def _replayed_hvp_one(replayer, f, x, v):
         return None
     tag = Tag(0)
     try:
-        # (the dual's own tangent, as _seed makes it: f writing into x moves only it)
+        # (the dual's own tangent, as seed makes it: f writing into x moves only it)
         y, grads = replayer.call(f, (DualArray(x, v.copy(), tag),), (0,))
     finally:
         tag.close()
-    value = _result(y, tag)[0] if is_float_leaf(y) else y
+    value = result(y, tag)[0] if is_float_leaf(y) else y
     g, = grads
     if g is None:
         return value, None, None
-    return (value,) + _result(g, tag)
+    return (value,) + result(g, tag)
 
 
 def _full(n, nums, items):

@@ -50,14 +50,28 @@ import time
 
 import numpy as np
 
-from ..config import current_config
+from ..dual import codegen, elementwise
+from ..dual.dual_array import DualArray
+from ..dual.kernels_cpu import kernel_dir
 from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
-from . import fastpath
-from .replay import (_BIN, _CONST, _GUARD, _ITEM, _LIKE, _OBSERVE, _OP, _SEQ_T, _SLOT, _SUM,
-                     _UNARY,
-                     Plan, Replayer, _Failed, _split_leaves)
-from .replay_writes import _VIEW_WRITE, _WRITE
+from ..tape import fastpath
+from .plans import (
+    _BIN,
+    _CONST,
+    _GUARD,
+    _ITEM,
+    _LIKE,
+    _OBSERVE,
+    _OP,
+    _SEQ_T,
+    _SLOT,
+    _SUM,
+    _UNARY,
+    Plan,
+    _Failed,
+)
+from .writes import _VIEW_WRITE, _WRITE
 
 # Plans longer than this are not compiled: the kernel's work arrays (three floats per node)
 # would cost more memory than the Python replay saves.
@@ -291,7 +305,6 @@ class _ProgramToNumba:
     def lines(self, entry, kind, k, present):
         """(statements, output expressions) of the program for these parameters."""
         import ast
-        from ..dual import codegen, elementwise
         prog = elementwise.program(entry, kind, k, present, None)
         tree = ast.parse(codegen.numpy_source(prog.ir, "f", given=("y",) if kind == "f" else ()))
         body = tree.body[0].body
@@ -568,7 +581,6 @@ def _load(kind):
         return got[0], got[1]
     with _LOCK:
         if kind not in _KERNELS:
-            from ..dual.kernels_cpu import kernel_dir
             make, prefix, func, test, key = _KINDS[kind]
             t0 = time.perf_counter()
             source = make()
@@ -676,7 +688,7 @@ def _flat(arrays):
 
 
 class CompiledPlan:
-    """A replay :class:`~mooncake_py.tape.replay.Plan` run by the compiled kernel; made by
+    """A replay :class:`~mooncake_py.replay.plans.Plan` run by the compiled kernel; made by
     :func:`compile_plan`, used by the Replayer exactly as the plan it wraps."""
 
     def __init__(self, plan, arrays, shapes, fns, k):
@@ -718,7 +730,7 @@ class CompiledHVPPlan(CompiledPlan):
     direction's derivative (for the gradients: H·v)."""
 
     def run(self, leaves):
-        dual = _DUAL[0] if _DUAL else _dual_type()
+        dual = DualArray
         shapes = self._shapes
         if len(leaves) == 1:  # (the common case, without the lists)
             leaf, = leaves
@@ -754,14 +766,6 @@ class CompiledHVPPlan(CompiledPlan):
                                               zip(self._split(g), self._split(gt))]
 
 
-_DUAL = []
-
-
-def _dual_type():
-    if not _DUAL:
-        from ..dual.dual_array import DualArray
-        _DUAL.append(DualArray)
-    return _DUAL[0]
 
 
 def _flat_index(key, shape):
@@ -907,7 +911,7 @@ def compile_plan(plan, leaves, dual=False):
     shapes, offsets, o = [], [], 0
     for leaf in leaves:
         if dual:
-            if type(leaf) is not _dual_type():
+            if type(leaf) is not DualArray:
                 return None
             t, leaf = leaf._tangent, leaf._value
             if type(t) is not np.ndarray or t.dtype != _F64 or t.shape != np.shape(leaf):
@@ -1173,7 +1177,7 @@ RRULES[_segment_output] = _segment_output_rule
 
 class MixedPlan(Plan):
     """A replay plan whose long runs of scalar steps are compiled segments (see
-    :func:`mix_plan`); it runs as a :class:`~mooncake_py.tape.replay.Plan`."""
+    :func:`mix_plan`); it runs as a :class:`~mooncake_py.replay.plans.Plan`."""
 
     def run(self, leaves):
         out = Plan.run(self, leaves)
@@ -1309,87 +1313,3 @@ def splice_segments(plan, segments, specs, info, make):
         prev = e
     steps += plan.steps[prev:]
     return steps, parents, made
-
-
-_COMPILED = (CompiledPlan, CompiledHVPPlan)
-
-
-class CompilingReplayer(Replayer):
-    """A :class:`~mooncake_py.tape.replay.Replayer` whose plans run on the compiled kernel
-    when :func:`compile_plan` accepts them (and as Python replay otherwise). The guards, the
-    fallback to recording after a failed guard and the give-up after repeated failures are the
-    Replayer's; a new plan (after a branch flip) is encoded again, never recompiled. With
-    ``dual=True`` (an HVP cache) the plans run on the forward-over-reverse kernel.
-
-    Example:
-        >>> import numpy as np
-        >>> r = CompilingReplayer()
-        >>> f = lambda x: x[0] * x[1]
-        >>> _ = r.call(f, (np.array([1.0, 2.0]),), (0,))      # records, plans, encodes
-        >>> y, (g,) = r.call(f, (np.array([3.0, 5.0]),), (0,))
-        >>> float(y), g.tolist(), r.plan.runs
-        (15.0, [5.0, 3.0], 1)
-    """
-
-    def call(self, f, args, nums):
-        plan = self.plan
-        if type(plan) in _COMPILED and len(args) == 1 and nums == (0,) and not plan.constants \
-                and type(args[0]) is (_dual_type() if self.dual else np.ndarray) and \
-                not self.disabled and not current_config().debug_mode:
-            # One array argument (the common call): its one leaf goes straight to the kernel,
-            # without the general path's pytree walk (a third of a small plan's time). What
-            # the general path would check is checked by run(); on any failure the general
-            # path runs and decides (retrying the guards, recording, counting the failure).
-            try:
-                y, cts = plan.run([args[0]])
-            except Exception:  # noqa: BLE001
-                pass
-            else:
-                self.failures = 0
-                self.replays += 1
-                return y, tuple(plan.finish(cts))
-        y, grads = Replayer.call(self, f, args, nums)
-        plan = self.plan
-        if type(plan) is Plan and not getattr(plan, "_not_compiled", False):
-            try:
-                cp = compile_plan(plan, _split_leaves(args, nums, self.dual, self.dual)[0] or (),
-                                  self.dual)
-            except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
-                cp = None
-            if cp is None and not self.dual:
-                try:
-                    cp = mix_plan(plan, _split_leaves(args, nums)[0] or ())
-                except Exception:  # noqa: BLE001
-                    cp = None
-            if cp is None:
-                plan._not_compiled = True
-                # the kernels take no part of it: generated source still beats stepping
-                # through the plan in Python (the default caches' replay)
-                self.plan = _source_wrapped(plan, self)
-            elif type(cp) is MixedPlan:
-                self.plan = _with_source_runs(cp, _split_leaves(args, nums)[0] or (), self)
-            else:
-                self.plan = cp
-        return y, grads
-
-
-def _source_wrapped(plan, owner):
-    from .source_replay import _wrapped  # (source_replay imports this module)
-    return _wrapped(plan, owner)
-
-
-def _with_source_runs(mixed, leaves, owner):
-    """``mixed`` with the scalar runs too short for a compiled segment (but long enough for
-    source replay) as generated source segments, wrapped in a SourcePlan; ``mixed`` itself
-    when there is no such run or the generator fails on it. Generated now, not on the first
-    replay, so that a plan it cannot write never costs a replay miss."""
-    from .source_replay import _NOTHING, SourcePlan
-    sp = SourcePlan(mixed)
-    try:
-        how = sp._make(list(leaves))
-    except Exception:  # noqa: BLE001  (a plan the generator does not know: the kernels alone)
-        return mixed
-    if how is _NOTHING:
-        return mixed
-    sp.owner = owner
-    return sp

@@ -232,31 +232,19 @@ def _limited_frule(rule):
     return limited
 
 
-def _blas_functions():
-    from .rules import linear_algebra as la
-    fns = [np.matmul, np.dot, np.inner, np.vdot, np.tensordot, np.einsum, np.kron,
-           la.solve_triangular, la._solve_nonsingular, la.cho_solve]
-    fns += [getattr(np.linalg, n) for n in ("cholesky", "solve", "inv", "det", "slogdet", "eigh",
-                                              "eigvalsh", "svd", "pinv", "lstsq", "qr",
-                                              "matrix_power", "multi_dot")
-            if hasattr(np.linalg, n)]
-    return fns
-
-
-def limit_small_calls(rrules, frules):
+def limit_small_calls(rrules, frules, functions):
     """Wrap the reverse and forward rules of the BLAS/LAPACK functions (matmul, dot, einsum,
-    numpy.linalg, the triangular solves) so that, on medium-sized matrices (see :func:`small`),
+    numpy.linalg, the triangular solves: ``functions``, rules/linear_algebra.py's
+    ``blas_functions()``) so that, on medium-sized matrices (see :func:`small`),
     the call and its pullback run single-threaded. Done once when the rules are loaded.
 
     Example:
         >>> from mooncake_py.rules.registry import RRULES
         >>> import numpy as np
-
-from .dispatch import WRAPPER_TYPES
         >>> RRULES[np.matmul].__name__
         'rrule(numpy.matmul)'
     """
-    for fn in _blas_functions():
+    for fn in functions:
         r = rrules.get(fn)
         if r is not None and not getattr(r, "_mc_blas_limited", False):
             rrules[fn] = _limited_rrule(r)

@@ -1,0 +1,103 @@
+"""Instructions per call of the hot paths, counted by valgrind's callgrind (not timed).
+
+``python -m benchmarks.instructions [CASE ...]`` runs each case in a child process under
+``valgrind --tool=callgrind`` twice, with N and 2N calls after the same warm-up, and prints
+(I(2N) - I(N)) / N: the instructions of one call, with the interpreter's start, the imports and
+the warm-up cancelled out. Counts are steady to ~0.1% from run to run, where wall-clock times on
+a shared machine move by tens of percent, so a change to a hot path is judged by them.
+
+Cases: ``per_op`` (``grad`` of a 100-iteration ``s = s + x[i]*x[i]`` loop: 300 recorded ops),
+``grad_sum3`` (``grad(np.sum)`` of a 3-vector: the fixed cost of a call), ``hvp__sum_1000`` (the
+unprepared HVP of the suite's ``_sum_1000``) and ``gp_lml_prepared_hvp`` (the suite's gp_lml,
+prepared HVP cache). Needs valgrind on PATH.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+_CHILD = r"""
+import sys
+import numpy as np
+import mooncake_py as mp
+from benchmarks.namespaces import numpy_namespace
+from benchmarks.suite import CASES
+
+xp = numpy_namespace()
+
+case, n = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+if case == "per_op":
+    def f(x):
+        s = 0.0
+        for i in range(100):
+            s = s + x[i] * x[i]
+        return s
+    g, x = mp.grad(f), rng.standard_normal(100)
+    call = lambda: g(x)
+elif case == "grad_sum3":
+    g, x = mp.grad(np.sum), np.ones(3)
+    call = lambda: g(x)
+elif case == "hvp__sum_1000":
+    f = CASES["_sum_1000"].bind(xp)
+    h, x, v = mp.hvp(f), rng.standard_normal(1000), rng.standard_normal(1000)
+    call = lambda: h(x, v)
+elif case == "gp_lml_prepared_hvp":
+    c = CASES["gp_lml"]
+    args = c.make_inputs(rng)
+    f = c.bind(xp)
+    vs = tuple(np.ones_like(a) for a in args)
+    cache = mp.prepare_hvp_cache(f, *args)
+    call = lambda: mp.value_and_hvp(cache, f, vs, *args)
+else:
+    raise SystemExit(f"unknown case {case}")
+for _ in range(5):
+    call()
+for _ in range(n):
+    call()
+"""
+
+CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp")
+REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5}
+
+
+def _total(case, n, tmp):
+    out = os.path.join(tmp, f"cg.{case}.{n}")
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                    sys.executable, "-c", _CHILD, case, str(n)],
+                   check=True, env=env, capture_output=True)
+    with open(out) as fh:
+        for line in fh:
+            m = re.match(r"(summary|totals):\s+(\d+)", line)
+            if m:
+                return int(m.group(2))
+    raise RuntimeError(f"no instruction total in {out}")
+
+
+def count(case, n=None):
+    """Instructions of one call of ``case`` (see the module docstring)."""
+    n = n or REPS[case]
+    with tempfile.TemporaryDirectory() as tmp:
+        return (_total(case, 2 * n, tmp) - _total(case, n, tmp)) / n
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cases", nargs="*", metavar="CASE", help=f"any of {', '.join(CASES)}")
+    a = p.parse_args(argv)
+    unknown = set(a.cases) - set(CASES)
+    if unknown:
+        p.error(f"unknown case(s) {sorted(unknown)}; the cases are {', '.join(CASES)}")
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not on PATH")
+    for case in a.cases or CASES:
+        print(f"{case:22s} {count(case):14,.0f} instructions per call", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Forward-mode calls: arguments made duals (:func:`seed`), ``f`` run on them
+(:func:`jvp_seeded`), and each output read back as (primal, tangent) (:func:`result`).
+
+Shared by ``mp.jvp`` and the derivative caches' replay, which seed and read a call the same way.
+"""
+import numpy as np
+
+from ..core import array_module as am
+from ..core.arguments import check_leaf_kind, fname, is_float_leaf, plain, split_aux
+from ..core.array_ops import has_buffer
+from ..core.pytree import flatten, leaf_paths
+from ..errors import ArgumentError, TangentError
+from .dual_array import DualArray, Tag, _as_value, _validate
+
+
+def lane_count(tangents):
+    for t in tangents:
+        for leaf in flatten(t)[0]:
+            if leaf is not None:
+                if np.ndim(leaf) == 0:
+                    raise TangentError(
+                        "lanes=True but a tangent is a scalar; with lanes every tangent needs a "
+                        "leading lane axis (shape (k,) + primal shape).")
+                return np.shape(leaf)[0]
+    raise TangentError("lanes=True but every tangent is None: there is no direction to push.")
+
+
+def seed(f, primals, tangents, lanes):
+    """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise ArgumentError(
+            f"jvp(f, primals, tangents) takes tuples of positional arguments of {fname(f)}: "
+            f"jvp(f, (x,), (v,)); got {type(primals).__name__} and {type(tangents).__name__}. "
+            "Wrap a single argument and its tangent in one-element tuples.")
+    if len(primals) != len(tangents):
+        raise TangentError(f"jvp got {len(primals)} primal(s) but {len(tangents)} tangent(s) for "
+                           f"{fname(f)}; give one tangent (or None) per positional argument.")
+    k = lane_count(tangents) if lanes else 0
+    tag = Tag(k)
+    args = []
+    for i, (p, t) in enumerate(zip(primals, tangents)):
+        if t is None:
+            args.append(p)
+            continue
+        pl, ptree = flatten(p)
+        tl, ttree = flatten(t)
+        if ttree != ptree:
+            raise TangentError(f"the tangent of argument {i} of {fname(f)} has structure "
+                               f"{ttree!r}; the argument has {ptree!r}.")
+        paths = leaf_paths(p)
+        new = []
+        for x, v, path in zip(pl, tl, paths):
+            if v is None:
+                new.append(x)
+                continue
+            if type(x) is not np.ndarray:
+                check_leaf_kind(f, i, x, path)
+            _validate(x, v, k, what=f"argument {i}{path} of {fname(f)}")
+            am.module_of(x, v, what=f"argument {i}{path} of {fname(f)}")
+            x = _as_value(x)
+            v = _as_value(v, x.dtype)
+            if x.dtype.kind == "c":
+                tag.complex = True
+            # the dual's own tangent: writes f makes into its input move it, never the caller's v
+            new.append(DualArray(x, v.copy() if has_buffer(v) else v, tag))
+        args.append(ptree.unflatten(new))
+    return tag, args
+
+
+def result(o, tag):
+    """(primal, tangent) of one output leaf."""
+    if type(o) is DualArray and o._tag is tag:
+        t = o._tangent
+        if type(t) is np.ndarray and not t.flags.writeable:
+            t = t.copy()  # a broadcast view inside the computation: hand out an owned array
+        return o._value, t
+    if is_float_leaf(o):
+        v = np.float64(o) if type(o) is float else o
+        shape = ((tag.lanes,) if tag.lanes else ()) + tuple(np.shape(v))
+        return v, am.zeros(shape, dtype=v.dtype, like=v)
+    return o, None
+
+
+def jvp_seeded(f, tag, args, has_aux=False):
+    """The rest of :func:`jvp` once :func:`seed` has made the arguments."""
+    try:
+        y = f(*args)
+        if has_aux:
+            y, aux = split_aux(f, y)
+        outs, tree = flatten(y)
+        pairs = [result(o, tag) for o in outs]
+    finally:
+        tag.close()  # a dual f saved somewhere raises if used later
+    if has_aux:
+        return (tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs]),
+                plain(aux))
+    return tree.unflatten([p for p, _ in pairs]), tree.unflatten([t for _, t in pairs])
