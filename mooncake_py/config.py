@@ -36,7 +36,7 @@ class Config:
         return False
 
 
-_CONFIG = contextvars.ContextVar("mooncake_config", default=Config())
+_CONFIG = contextvars.ContextVar("mooncake_config", default=Config())  # noqa: B039  (never mutated: Config(...) makes new ones)
 _TOKENS = contextvars.ContextVar("mooncake_config_tokens", default=())
 
 

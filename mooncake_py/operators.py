@@ -9,7 +9,8 @@ itself is imported only when an operator is built.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def _direction(f, x, p):
 
 class _Products:
     """H·p for ``f(x, *args)`` at fixed ``args``, for one direction or a block of them."""
-    __slots__ = ("f", "one", "many")
+    __slots__ = ("f", "many", "one")
 
     def __init__(self, f):
         self.f = f
@@ -140,7 +141,7 @@ def hessian_operator(f: Callable[..., Any], x: Any, *args: Any) -> Any:
         flat, unravel = ravel_pytree(x)
         g = f
 
-        def f(v, *a):  # noqa: F811  (the same function, on the flat vector)
+        def f(v, *a):
             return g(unravel(v), *a)
         f.__qualname__ = fname(g)
         x = flat

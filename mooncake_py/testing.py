@@ -161,7 +161,7 @@ def _check_rrule(fn, args, kwargs, rtol, atol, ndirs, rng):
         analytic = sum(_inner(cot_by_arg[i], d) for i, d in zip(pos, dirs)
                        if cot_by_arg[i] is not None)
 
-        def phi(h):
+        def phi(h, dirs=dirs):
             yh = f(*_perturbed(tree, leaves, pos, dirs, h))
             return sum(_inner(b, o) for b, o in zip(ybar, flatten(yh)[0]) if is_float_leaf(o))
         est, ok = _fd_best(phi, analytic, rtol, atol)
@@ -323,7 +323,7 @@ def _check_frule(fn, args, kwargs, rtol, atol, rng, consistency):
                                        for o, d in zip(outs, douts) if is_float_leaf(o)]
                                       or [np.zeros(0)])
 
-            def phi(h):
+            def phi(h, dl=dl):
                 return _flat_floats(f(*_perturbed(tree, leaves, pos, dl, h)))
             est, err, ok = _fd_vector(phi, analytic, rtol, atol)
             if not ok:
@@ -414,7 +414,7 @@ def check_grads(f, *args, rtol=None, atol=None, ndirs=3, seed=0):
         dirs = [d / norm for d in dirs]
         analytic = sum(_inner(g_by_leaf[i], d) for i, d in zip(pos, dirs)
                        if g_by_leaf[i] is not None)
-        est, ok = _fd_best(lambda h: float(f(*_perturbed(tree, leaves, pos, dirs, h))),
+        est, ok = _fd_best(lambda h, dirs=dirs: float(f(*_perturbed(tree, leaves, pos, dirs, h))),
                            analytic, rtol, atol)
         if not ok:
             raise AssertionError(

@@ -159,10 +159,10 @@ class ArrayOps:
                                               keepdims=keepdims, **kw))
 
     def cumsum(self, axis=None, dtype=None, out=None):
-        return dispatch(np.cumsum, (self,), dict(axis=axis, dtype=dtype, out=out))
+        return dispatch(np.cumsum, (self,), {"axis": axis, "dtype": dtype, "out": out})
 
     def cumprod(self, axis=None, dtype=None, out=None):
-        return dispatch(np.cumprod, (self,), dict(axis=axis, dtype=dtype, out=out))
+        return dispatch(np.cumprod, (self,), {"axis": axis, "dtype": dtype, "out": out})
 
     def argmax(self, *a, **kw):
         return dispatch(np.argmax, (self,) + a, kw)
@@ -272,14 +272,14 @@ class _Missing:
 _BYTES = ("reinterprets the array's bytes, which has no derivative; if a constant is meant, "
           "call it on mp.stop_gradient(x)")
 for _name, _advice in [
-        ("view", "Use the array itself (x), x.reshape(...), x[...] or x.T for a view of the "
-                 f"same dtype; a view with another dtype {_BYTES}."),
-        ("flat", "Read with x.ravel()[i] or x.reshape(-1); write one element with "
-                 "x[np.unravel_index(i, x.shape)] = v."),
-        ("resize", "Make a new array instead: x.reshape(shape) for the same size, np.pad or "
-                   "np.concatenate to grow it, x.ravel()[:n] to shrink it."),
-        ("setflags", "Flags of a differentiated value cannot be set; make a copy (x.copy()) "
-                     "to write into freely, or use mp.stop_gradient(x) for a plain array."),
+        ("view", ("Use the array itself (x), x.reshape(...), x[...] or x.T for a view of the "
+                 f"same dtype; a view with another dtype {_BYTES}.")),
+        ("flat", ("Read with x.ravel()[i] or x.reshape(-1); write one element with "
+                 "x[np.unravel_index(i, x.shape)] = v.")),
+        ("resize", ("Make a new array instead: x.reshape(shape) for the same size, np.pad or "
+                   "np.concatenate to grow it, x.ravel()[:n] to shrink it.")),
+        ("setflags", ("Flags of a differentiated value cannot be set; make a copy (x.copy()) "
+                     "to write into freely, or use mp.stop_gradient(x) for a plain array.")),
         ("byteswap", f"Byte swapping {_BYTES}.")]:
     setattr(ArrayOps, _name, _Missing(_name, _advice))
 

@@ -7,7 +7,8 @@ of a container argument has the same container structure, with one derivative pe
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ _NODES: dict[type, tuple[Callable[[Any], tuple[Sequence[Any], Hashable]],
 
 class TreeDef:
     """The structure of a nested container; ``unflatten(leaves)`` rebuilds it."""
-    __slots__ = ("kind", "meta", "children")
+    __slots__ = ("children", "kind", "meta")
 
     def __init__(self, kind, meta, children):
         self.kind, self.meta, self.children = kind, meta, children

@@ -37,6 +37,7 @@ Example:
 import ast
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..rules.derivative_table import CONSTANTS, numpy_division
 
@@ -478,7 +479,7 @@ def let_source(ir, name):
 class _ToNumba(ast.NodeTransformer):
     """Vocabulary -> numba-compilable Python: ``select`` to a conditional expression, cheap
     calls to their NumPy scalar forms, literals and named constants cast to the kernel dtype."""
-    _FUNCS = {"sqrt": "np.sqrt", "abs": "np.abs", "floor": "np.floor", "trunc": "np.trunc",
+    _FUNCS: ClassVar[dict] = {"sqrt": "np.sqrt", "abs": "np.abs", "floor": "np.floor", "trunc": "np.trunc",
               "sign": "np.sign"}
 
     def visit_Call(self, node):

@@ -61,7 +61,7 @@ class Tag:
     ``complex``: whether a complex value has been perturbed by it; from then on every op checks
     that its rule holds for the complex values it is given. ``_watch`` is set when either this
     or ``closed`` is: the dispatch tests that one flag, so open real-only tags pay for neither."""
-    __slots__ = ("level", "lanes", "_complex", "closed", "_watch")
+    __slots__ = ("_complex", "_watch", "closed", "lanes", "level")
 
     def __init__(self, lanes=0):
         self.level = new_level()
@@ -96,7 +96,7 @@ class DualArray(ArrayOps):
     the result along the input's direction(s); comparisons and other non-differentiable results
     are plain arrays.
     """
-    __slots__ = ("_value", "_tangent", "_tag", "_kept")
+    __slots__ = ("_kept", "_tag", "_tangent", "_value")
 
     def __init__(self, primal, tangent, tag):
         self._value = primal
@@ -524,7 +524,7 @@ def _run_rule(fn, rule, primals, tangents, lanes, kwargs):
         return rule(primals, tangents, **kwargs)
     out, per_lane = None, []
     for l in range(lanes):
-        out, t = rule(primals, _map_tangents(lambda u: u[l], tangents), **kwargs)
+        out, t = rule(primals, _map_tangents(lambda u, l=l: u[l], tangents), **kwargs)
         per_lane.append(t)
     return out, _stack_lanes(per_lane, out)
 
@@ -639,9 +639,7 @@ def _validate(x, v, lanes, what="x"):
             "no derivative, but a tangent was given for it. Make it floating point "
             "(x.astype(float), 2.0 instead of 2) or pass None as its tangent.")
     vdt = getattr(v, "dtype", None)
-    if type(v) in (float, int) and not isinstance(v, bool):
-        vdt = dt
-    elif type(v) is complex and dt.kind == "c":
+    if type(v) in (float, int) and not isinstance(v, bool) or type(v) is complex and dt.kind == "c":
         vdt = dt
     if vdt is None or vdt.kind not in "fc":
         raise TangentError(

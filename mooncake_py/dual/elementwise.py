@@ -65,8 +65,17 @@ class Program:
     kind "p": the frule of ``ew_pullback(entry, k, ...)``, ``present`` = (ġ, ȧ[, ḃ]).
     ``const_b``: a constant exponent the program is specialised on (``x**2``), or None.
     """
-    __slots__ = ("entry", "kind", "ir", "np_fn", "has_tangent", "_kparts", "_plans", "name",
-                 "_fusible")
+    __slots__ = (
+        "_fusible",
+        "_kparts",
+        "_plans",
+        "entry",
+        "has_tangent",
+        "ir",
+        "kind",
+        "name",
+        "np_fn",
+    )
 
     def __init__(self, entry, kind, k, present, const_b):
         self.entry, self.kind = entry, kind
@@ -113,7 +122,7 @@ class Program:
 
 def _np_function(src):
     ns = dict(NP_VOCABULARY)
-    exec(compile(src, "<mooncake_py generated>", "exec"), ns)
+    exec(compile(src, "<mooncake_py generated>", "exec"), ns)  # noqa: S102  (generated source, compiled here by design)
     return ns["f"]
 
 
@@ -240,7 +249,7 @@ def _tangent_arg(t, scalar, n, k, dt):
 
 class _Plan:
     """How to call one kernel: which values, hoisted temporaries and tangents it takes."""
-    __slots__ = ("kernel", "inputs", "hoisted", "tangents", "outs", "need_y")
+    __slots__ = ("hoisted", "inputs", "kernel", "need_y", "outs", "tangents")
 
     def __init__(self, prog, dt, scalars):
         hoisted, kir = prog.kernel_parts()

@@ -78,7 +78,7 @@ def _load_in_memory(source, digest):
     name = _module_name(digest)
     mod = types.ModuleType(name)
     sys.modules[name] = mod
-    exec(compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec"), mod.__dict__)
+    exec(compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec"), mod.__dict__)  # noqa: S102  (generated source, compiled here by design)
     return mod
 
 

@@ -58,8 +58,18 @@ class _Op:
     """One table op as the lean path needs it: its entry, the frule registered for it (the
     lean path applies only while that is still the registered one), its programs by
     ``(present, const_b)`` and, for a unary op, the derivative-reusing programs."""
-    __slots__ = ("entry", "uf", "rule", "progs", "reuse", "power", "first", "second", "both",
-                 "by_exponent")
+    __slots__ = (
+        "both",
+        "by_exponent",
+        "entry",
+        "first",
+        "power",
+        "progs",
+        "reuse",
+        "rule",
+        "second",
+        "uf",
+    )
 
     def __init__(self, entry, rule):
         self.entry, self.uf, self.rule = entry, entry.ufunc, rule
@@ -309,7 +319,7 @@ _LEAN_PLANS = {}  # (program, dtype, scalar a, scalar b, scalar g) -> _LeanPlan
 class _LeanPlan:
     """A ``_Plan`` in positions instead of names: which of (a, b, y, g) the kernel takes, which
     tangents of (ta, tb, tg) and whether as numbers, which outputs are tangents."""
-    __slots__ = ("kernel", "inputs", "hoisted", "tangents", "outs", "need_y")
+    __slots__ = ("hoisted", "inputs", "kernel", "need_y", "outs", "tangents")
 
     def __init__(self, plan):
         pos = {"a": 0, "b": 1, "y": 2, "g": 3}

@@ -46,8 +46,18 @@ class _Op:
     """One elementwise op of the derivative table: its rule as registered at install time, the
     general rule's partial-derivative functions, and the dual layer's programs (memoised here by
     ``present``, without hashing the table entry on every call)."""
-    __slots__ = ("ufunc", "entry", "nin", "builtin", "unit", "partials", "_frules", "_pbs",
-                 "forward_d", "pullbacks_d")
+    __slots__ = (
+        "_frules",
+        "_pbs",
+        "builtin",
+        "entry",
+        "forward_d",
+        "nin",
+        "partials",
+        "pullbacks_d",
+        "ufunc",
+        "unit",
+    )
 
     def __init__(self, entry):
         self.ufunc, self.entry, self.nin = entry.ufunc, entry, entry.nin
@@ -324,7 +334,7 @@ class DualPullback:
         >>> mp.hvp(lambda x: x[0] * x[1])(np.array([2.0, 3.0]), np.array([1.0, 0.0]))
         array([0., 1.])
     """
-    __slots__ = ("op", "a", "b", "y", "present", "d1")
+    __slots__ = ("a", "b", "d1", "op", "present", "y")
 
     def __init__(self, op, a, b, y, present, d1=None):
         self.op, self.a, self.b, self.y, self.present = op, a, b, y, present
@@ -453,8 +463,7 @@ def install(unary_ufuncs):
     rules registered now (a rule registered later turns that op's short path off)."""
     _OPS.clear()
     for e in TABLE.values():
-        if e.ufunc in (np.add, np.subtract, np.multiply, np.true_divide) or \
-                e.ufunc in unary_ufuncs:
-            if not e.constant and e.ufunc not in _OPS:
-                _OPS[e.ufunc] = _Op(e)
+        if (e.ufunc in (np.add, np.subtract, np.multiply, np.true_divide) or \
+                e.ufunc in unary_ufuncs) and not e.constant and e.ufunc not in _OPS:
+            _OPS[e.ufunc] = _Op(e)
     _NEGATIVE[:] = [_OPS[np.negative]]

@@ -512,7 +512,7 @@ def _import(source, stem, d, func):
     if d is None:
         mod = types.ModuleType(name)
         sys.modules[name] = mod
-        exec(compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec"),
+        exec(compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec"),  # noqa: S102  (generated source, compiled here by design)
              mod.__dict__)
         return _functions(mod, func)
     path = os.path.join(d, stem + ".py")
@@ -597,7 +597,7 @@ def _load(kind):
                     k = _import(source, stem, attempt, func)
                     if test(k):
                         break
-                except Exception:  # noqa: BLE001  (a damaged cache entry: rebuild it)
+                except Exception:  # noqa: BLE001,S110  (a damaged cache entry: rebuild it)
                     pass
                 k = None
             if k is None:

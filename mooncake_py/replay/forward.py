@@ -52,7 +52,7 @@ _F64_DT = np.dtype(np.float64)
 
 class _Step:
     """One op of a forward plan: its frule and where its arguments come from."""
-    __slots__ = ("fn", "rule", "native", "tmpl", "kw", "node", "shape", "dt")
+    __slots__ = ("dt", "fn", "kw", "native", "node", "rule", "shape", "tmpl")
 
     def __init__(self, fn, tmpl, kw, node, shape, dt):
         self.fn, self.tmpl, self.kw, self.node = fn, tmpl, kw, node

@@ -501,7 +501,7 @@ def _same(a, b):
             return bool(np.array_equal(a, b))
     try:
         return bool(a == b)
-    except Exception:
+    except Exception:  # noqa: BLE001  (any failure of a replay falls back to recording)
         return a is b
 
 
@@ -676,7 +676,7 @@ class Plan:
 def _dual_step(step):
     if step[0] != _OP:
         return step
-    _, fn, rule, tmpl, kw, needs, node, shape, dt = step
+    _, fn, rule, tmpl, kw, _needs, node, shape, dt = step
     if kw or shape != () or dt != _F64_DT or rule is not fastpath._BUILTIN.get(fn):
         return step
     if fn is operator.getitem:
@@ -848,7 +848,7 @@ class Replayer:
                         with gc_paused():
                             y, cts = plan.run(leaves)
                     grads = tuple(plan.finish(cts))
-                except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
+                except Exception:  # noqa: BLE001,S110  (a failed guard, or anything else: record)
                     pass
                 else:
                     self.failures = 0
@@ -1109,7 +1109,7 @@ class PullbackReplayer(Replayer):
                         with gc_paused():
                             outs, cts = plan.run_pullback(leaves, seeds)
                     cots = tuple(plan.finish(cts))
-                except Exception:  # noqa: BLE001  (a failed guard, or anything else: record)
+                except Exception:  # noqa: BLE001,S110  (a failed guard, or anything else: record)
                     pass
                 else:
                     self.failures = 0

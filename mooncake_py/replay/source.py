@@ -158,7 +158,7 @@ def _lit(c):
     """Source for the float constant ``c`` (exactly: repr round-trips; -0.0 stays -0.0)."""
     c = float(c)
     if not math.isfinite(c):
-        return "_nan" if c != c else "_inf" if c > 0 else "_ninf"
+        return "_nan" if c != c else "_inf" if c > 0 else "_ninf"  # noqa: PLR0124  (the NaN test)
     r = repr(c)
     return f"({r})" if r.startswith("-") else r
 
@@ -310,7 +310,7 @@ def _build(name, params, body):
     code = _code_for(src, name)
     t2 = time.perf_counter()
     ns = _namespace()
-    exec(code, ns)
+    exec(code, ns)  # noqa: S102  (generated source, compiled here by design)
     TIMES["generate_s"] += t1 - t0
     TIMES["compile_s"] += t2 - t1
     TIMES["functions"] += 1
@@ -482,7 +482,7 @@ class _WholeProgram:
             body += _unpack(p, shapes[p], src)
         body += src.forward({p: self.sizes[p] for p in read})
         body.append(f"g{plan.ynode} = 1.0")
-        rev, has, elems = src.reverse([plan.ynode])
+        rev, _has, elems = src.reverse([plan.ynode])
         body += rev
         outs = []
         for p in range(ninp):
@@ -554,7 +554,7 @@ def _inline(stmts, outs):
 
     def sub(text):
         for name, atom in subst.items():
-            text = re.sub(rf"(?<![\w{{]){name}(?![\w}}])", lambda _: atom, text)
+            text = re.sub(rf"(?<![\w{{]){name}(?![\w}}])", lambda _, atom=atom: atom, text)
         return text
     for st in stmts:
         m = _ASSIGN.match(st)
@@ -767,7 +767,7 @@ class _DualWholeProgram:
                 body += [f"L{p} = A{p}{ravel}.tolist()", f"T{p} = B{p}{ravel}.tolist()"]
         body += src.forward({p: self.sizes[p] for p in read})
         body.append(f"g{plan.ynode} = 1.0")
-        rev, has, (elems, telems) = src.reverse([plan.ynode])
+        rev, _has, (elems, telems) = src.reverse([plan.ynode])
         body += rev
         outs = []
         for p in range(ninp):
@@ -820,7 +820,7 @@ class _SegmentState:
     ``saved`` (what its reverse reads) and the ``seeds`` its outputs received in the sweep
     (``tag``: a dual segment's tag). Stands in the plan for the segment's first node (dtype
     and shape as its step records)."""
-    __slots__ = ("values", "saved", "seeds", "shape", "tag")
+    __slots__ = ("saved", "seeds", "shape", "tag", "values")
     dtype = _F64_DT
 
 

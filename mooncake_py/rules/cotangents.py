@@ -47,7 +47,7 @@ class IndexedCotangent:
     Kept sparse so that a loop reading ``x[i]`` n times costs O(n) in the reverse sweep rather
     than O(n²): the sweep adds it in place into a buffer it owns.
     """
-    __slots__ = ("shape", "index", "values", "basic")
+    __slots__ = ("basic", "index", "shape", "values")
 
     def __init__(self, shape, index, values, basic):
         self.shape, self.index, self.values, self.basic = shape, index, values, basic
@@ -78,7 +78,7 @@ class IndexedCotangentList:
     numbers, in forward-over-reverse), so that n reads ``x[i]`` cost one scatter at the end
     instead of n dense arrays.
     """
-    __slots__ = ("shape", "items")
+    __slots__ = ("items", "shape")
 
     def __init__(self, shape, items):
         self.shape, self.items = shape, items

@@ -344,7 +344,7 @@ def _lstsq_f(primals, tangents, **kw):
 
     def go(a, b, rcond=None):
         res = np.linalg.lstsq(a, b, rcond=rcond)
-        x, rho, rank, s = res
+        x, rho, _rank, s = res
         m, n = shape_of(a)
         vec = len(shape_of(b)) == 1
         xm, bm = _cols(x, vec), _cols(b, vec)

@@ -1371,7 +1371,7 @@ def _solve_triangular_rrule(primal):
         x = primal(a, b, trans=t, lower=lower, unit_diagonal=unit_diagonal,
                    check_finite=check_finite)
         cplx = _cplx(a) or _cplx(x)
-        opts = dict(lower=lower, unit_diagonal=unit_diagonal)
+        opts = {"lower": lower, "unit_diagonal": unit_diagonal}
 
         def a_cotangent(bbar, xm):
             # x = op(T)⁻¹ b: T̄ = -b̄ xᵀ (or -x b̄ᵀ for op = transpose), on the triangle read.
@@ -1423,7 +1423,7 @@ def _solve_triangular_frule(primal):
         def go(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
                check_finite=True):
             t = _trans(trans, a)
-            opts = dict(trans=t, lower=lower, unit_diagonal=unit_diagonal)
+            opts = {"trans": t, "lower": lower, "unit_diagonal": unit_diagonal}
             x = primal(a, b, check_finite=check_finite, **opts)
             if not _cplx(a):
                 one = _vector_tangent(a, x, da, db, t, lower, unit_diagonal)

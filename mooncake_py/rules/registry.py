@@ -214,21 +214,21 @@ def missing_rule_message(fn, args, kwargs, mode):
     if mode == "reverse":
         other = " (it has a forward rule, so mp.jvp works)" if fn in FRULES else ""
         rule = ("rrule", "so that second order works too",
-                f"    @mp.rrule({short})\n    def _(x, *args, **kwargs):\n"
+                (f"    @mp.rrule({short})\n    def _(x, *args, **kwargs):\n"
                 f"        y = {short}(x, *args, **kwargs)\n"
-                f"        return y, lambda g: (<cotangent of x from g>, None, ...)\n\n", "",
+                f"        return y, lambda g: (<cotangent of x from g>, None, ...)\n\n"), "",
                 "mooncake_py.testing.test_rule checks a new rule against finite differences.")
     else:
         other = " (it has a reverse rule, so mp.grad works)" if fn in RRULES else ""
         rule = ("frule", "so that it composes",
-                f"    @mp.frule({short})\n    def _(primals, tangents, **kwargs):\n"
+                (f"    @mp.frule({short})\n    def _(primals, tangents, **kwargs):\n"
                 f"        x, *rest = primals\n"
                 f"        dx = tangents[0]      # None where an argument carries no tangent\n"
                 f"        y = {short}(x, *rest, **kwargs)\n"
-                f"        return y, <J·dx>\n\n",
+                f"        return y, <J·dx>\n\n"),
                 f"(use @mp.frule({short}, lanes=True) to receive several directions at once), ",
-                "mooncake_py.testing.test_rule(..., modes=('forward',)) checks a new rule against "
-                "finite differences.")
+                ("mooncake_py.testing.test_rule(..., modes=('forward',)) checks a new rule against "
+                "finite differences."))
     kind, why, example, lanes, check = rule
     return (f"mooncake_py has no {mode}-mode rule ({kind}) for {name}, called here as "
             f"{short}({call}){other}. Add one, written with np. calls {why}:\n\n{example}"

@@ -8,6 +8,7 @@ tangent's leading lane axis is carried through by shifting axis arguments by one
 reshaping to ``(k,) + out.shape``). Pullbacks and frules only use ``np.`` calls (and
 :func:`~.cotangents.scatter_add`), so they also run on dual numbers for second order.
 """
+import itertools
 import math
 
 import numpy as np
@@ -528,7 +529,7 @@ def _piece_bounds(n, indices_or_sections):
         return list(zip(starts, lengths))
     points = [0] + list(indices_or_sections) + [n]
     bounds = []
-    for lo, hi in zip(points[:-1], points[1:]):
+    for lo, hi in itertools.pairwise(points):
         start, stop, _ = slice(lo, hi).indices(n)
         bounds.append((start, max(0, stop - start)))
     return bounds

@@ -79,7 +79,7 @@ def _cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=
     if shape_of(X)[0] == 0:
         return np.array([]).reshape(0, 0)
     if y is not None:
-        Y, vector = _rows(y, dtype, rowvar)
+        Y, _vector = _rows(y, dtype, rowvar)
         X = np.concatenate((X, Y), axis=0)
     if ddof is None:
         ddof = 0 if bias else 1

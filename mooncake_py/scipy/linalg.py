@@ -227,7 +227,7 @@ def _eigh_signs(v, a, b, lower, subset_by_index, driver):
     """±1 per column: the signs that turn NumPy's eigenvectors into SciPy's (their drivers
     differ), computed on the values (a constant). SciPy's signs are LAPACK's choice and may
     jump under tiny perturbations; differentiate functions that do not see them."""
-    w_s, v_s = _scipy().eigh(a, b, lower=lower, subset_by_index=subset_by_index, driver=driver)
+    _w_s, v_s = _scipy().eigh(a, b, lower=lower, subset_by_index=subset_by_index, driver=driver)
     s = np.sign(np.sum(v * v_s, axis=-2, keepdims=True))
     return np.where(s == 0, 1.0, s).astype(v.dtype)
 
@@ -366,7 +366,7 @@ def _lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     c, piv = lu_and_piv
     _refuse_batch("lu_solve", c)
     perm = _perm_from_piv(piv)
-    unit = dict(lower=True, unit_diagonal=True)  # L: c's strict lower triangle and ones
+    unit = {"lower": True, "unit_diagonal": True}  # L: c's strict lower triangle and ones
     if trans in (0, "N"):
         return solve_triangular(c, solve_triangular(c, b[perm], **unit))
     y = solve_triangular(c, solve_triangular(c, b, trans=1), trans=1, **unit)

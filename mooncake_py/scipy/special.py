@@ -27,7 +27,7 @@ from ..rules.derivative_table import SCIPY_UFUNCS, load_scipy
 from ..rules.special import *
 from ..rules.special import __all__ as _FUNCTIONS
 
-__all__ = list(_FUNCTIONS) + sorted(SCIPY_UFUNCS)
+__all__ = [*_FUNCTIONS, *sorted(SCIPY_UFUNCS)]  # noqa: PLE0604  (names of the re-exported functions)
 
 
 def __getattr__(name):

@@ -364,7 +364,7 @@ def value_and_sparse_jacobian(cache, f, x, *args):
     x = _check_input(f, x, "value_and_sparse_jacobian")
     cache.spec.check(f, (x,) + args)
     plan = cache.plan
-    m, n = plan.pattern.shape
+    m, _n = plan.pattern.shape
     if not plan.k:
         y = f(x, *args)
         return y, plan.decompress(None, x.dtype)

@@ -42,8 +42,17 @@ class Trace:
     ``strict=True`` makes an op with no pattern rule raise :class:`MissingRuleError` instead of
     falling back to dense dependence with a :class:`DenseFallbackWarning`.
     """
-    __slots__ = ("level", "n", "strict", "sym", "left", "right", "writes", "last_write",
-                 "owners")
+    __slots__ = (
+        "last_write",
+        "left",
+        "level",
+        "n",
+        "owners",
+        "right",
+        "strict",
+        "sym",
+        "writes",
+    )
 
     def __init__(self, n, strict=False):
         self.level = new_level()
@@ -99,7 +108,7 @@ class PatternArray(ArrayOps):
 
     Made by :func:`mooncake_py.sparse.hessian_sparsity` and friends; use it like an ndarray.
     """
-    __slots__ = ("_value", "_rows", "_trace", "_stamp")
+    __slots__ = ("_rows", "_stamp", "_trace", "_value")
 
     def __init__(self, value, rows, trace):
         self._value = value

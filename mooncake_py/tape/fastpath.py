@@ -177,7 +177,7 @@ def _binary(ufunc, opname, reflected):
               RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray,
               dual_binary=getattr(dual_scalars, "binary", None), builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
-    exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)
+    exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)  # noqa: S102  (generated source, compiled here by design)
     return ns[name]
 
 

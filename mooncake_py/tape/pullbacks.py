@@ -12,7 +12,7 @@ class ItemRead:
         >>> ItemRead((3,), 1)(np.float64(2.0))[0].dense()
         array([0., 2., 0.])
     """
-    __slots__ = ("shape", "key")
+    __slots__ = ("key", "shape")
 
     def __init__(self, shape, key):
         self.shape, self.key = shape, key

@@ -774,7 +774,7 @@ class _Rearranged:
     """Pullback of an array written through a view that rearranges all of it (``a.T``,
     ``a.reshape(...)``, ``a.ravel()``): its new contents are the view's, so the view's
     cotangent is the same rearrangement of its cotangent."""
-    __slots__ = ("fn", "args", "kwargs")
+    __slots__ = ("args", "fn", "kwargs")
 
     def __init__(self, fn, args, kwargs):
         self.fn, self.args, self.kwargs = fn, args, kwargs
@@ -787,7 +787,7 @@ class _Write:
     """A write node: ``buf[key] = value`` (``buf`` None for the parent of a view written
     through, whose memory the view's own write node restores). ``saved`` holds the region's
     other contents: before the write while recording, after it while the sweep has undone it."""
-    __slots__ = ("buf", "key", "saved", "land", "basic", "region", "vshape", "vdtype")
+    __slots__ = ("basic", "buf", "key", "land", "region", "saved", "vdtype", "vshape")
 
     def __init__(self, buf, key, saved, land, basic, region, vshape, vdtype):
         self.buf, self.key, self.saved, self.land, self.basic = buf, key, saved, land, basic
@@ -1085,7 +1085,7 @@ class _ShapeChecked:
     comparison per cotangent): a cotangent shaped like a broadcast of its argument is summed
     back, any other shape, a wrong structure, or a complex cotangent for a real argument of a
     real-valued op raises RuleError naming the function."""
-    __slots__ = ("fn", "pb", "specs", "real_out")
+    __slots__ = ("fn", "pb", "real_out", "specs")
 
     def __init__(self, fn, pb, parents, vals, real_out):
         self.fn, self.pb, self.real_out = fn, pb, real_out

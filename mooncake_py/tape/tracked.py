@@ -37,7 +37,7 @@ class TrackedArray(ArrayOps):
     # _view: (parent, fn, args, kwargs) when this handle is the NumPy view fn(parent, *args,
     # **kwargs) (operator.getitem with a basic key, or one of VIEW_FUNCTIONS), so that writes
     # through either one keep the other up to date. Unset for every other handle.
-    __slots__ = ("_value", "_tape", "_node", "_view")
+    __slots__ = ("_node", "_tape", "_value", "_view")
 
     def __init__(self, value, tape, node):
         # (fastpath.py makes TrackedArrays without this call, setting these three slots: keep

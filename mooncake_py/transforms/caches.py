@@ -18,7 +18,8 @@ The earlier forms ``value_and_pullback(cache, ybar, f, *args)`` and
 ``value_and_derivative(cache, f, *(primal, tangent) pairs)`` keep working: the cache knows its
 function and its argument count, which tells the two forms apart.
 """
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -1,6 +1,7 @@
 """Forward-mode public API: jvp, prepared derivative caches, and jacobian (forward or reverse)."""
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

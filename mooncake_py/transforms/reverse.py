@@ -1,6 +1,7 @@
 """First-order transforms: grad, value_and_grad, vjp."""
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

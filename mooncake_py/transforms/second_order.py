@@ -7,7 +7,8 @@ and the gradient comes back as a dual whose tangent is ``H·v``. ``hessian`` doe
 if an op fails here, the fix is in its frule or its pullback.
 """
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -31,9 +31,8 @@ def tracked(*trees):
         if ty is list or ty is tuple:
             if tracked(*t):
                 return True
-        elif ty is dict:
-            if tracked(*t.values()):
-                return True
+        elif ty is dict and tracked(*t.values()):
+            return True
     return False
 
 

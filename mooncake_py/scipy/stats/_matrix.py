@@ -3,8 +3,8 @@ signatures and layout. Both the quantiles and the scale are factored by (batched
 the log-density is differentiable in ``x``, ``df`` and ``scale``, to second order."""
 import numpy as np
 
-from ..linalg import solve_triangular
 from ...rules.broadcasting import shape_of
+from ..linalg import solve_triangular
 from ..special import multigammaln
 from ._base import LOG2, Distribution, arr, tracked
 from ._multivariate import _MultivariateFrozen, _plain, _squeeze
@@ -81,7 +81,7 @@ class wishart_gen(Distribution):
     """
 
     def __call__(self, df=None, scale=None, seed=None):
-        return _MultivariateFrozen(self, dict(df=df, scale=scale), seed)
+        return _MultivariateFrozen(self, {"df": df, "scale": scale}, seed)
 
     def _logpdf(self, x, df, scale):
         dim, df, scale = _wishart_params(df, scale)

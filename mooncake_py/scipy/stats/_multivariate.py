@@ -10,9 +10,9 @@ import numpy as np
 import scipy.special as sc
 
 from ...errors import MissingRuleError
-from ..linalg import solve_triangular
 from ...rules.broadcasting import shape_of
 from ...rules.registry import stop_gradient
+from ..linalg import solve_triangular
 from ._base import LOG_2PI, LOG_PI, Distribution, Frozen, arr, no_rule, tracked
 
 _NOT_PD = "When `allow_singular is False`, the input matrix must be symmetric positive definite."
@@ -146,7 +146,7 @@ class multivariate_normal_gen(Distribution):
     """
 
     def __call__(self, mean=None, cov=1, allow_singular=False, seed=None):
-        return _MultivariateFrozen(self, dict(mean=mean, cov=cov, allow_singular=allow_singular),
+        return _MultivariateFrozen(self, {"mean": mean, "cov": cov, "allow_singular": allow_singular},
                                    seed)
 
     def logpdf(self, x, mean=None, cov=1, allow_singular=False):
@@ -195,8 +195,8 @@ class multivariate_t_gen(Distribution):
     """
 
     def __call__(self, loc=None, shape=1, df=1, allow_singular=False, seed=None):
-        return _MultivariateFrozen(self, dict(loc=loc, shape=shape, df=df,
-                                              allow_singular=allow_singular), seed)
+        return _MultivariateFrozen(self, {"loc": loc, "shape": shape, "df": df,
+                                              "allow_singular": allow_singular}, seed)
 
     def _logpdf(self, x, loc, shape, df, allow_singular):
         if loc is None and shape is None:
@@ -263,7 +263,7 @@ class dirichlet_gen(Distribution):
     """
 
     def __call__(self, alpha, seed=None):
-        return _MultivariateFrozen(self, dict(alpha=alpha), seed)
+        return _MultivariateFrozen(self, {"alpha": alpha}, seed)
 
     def _logpdf(self, x, alpha):
         alpha, x = arr(alpha), arr(x)
@@ -345,7 +345,7 @@ class multinomial_gen(Distribution):
     """
 
     def __call__(self, n, p, seed=None):
-        return _MultivariateFrozen(self, dict(n=n, p=p), seed)
+        return _MultivariateFrozen(self, {"n": n, "p": p}, seed)
 
     def _logpmf(self, x, n, p):
         if tracked(n):

@@ -123,8 +123,8 @@ stdtr = _elementwise(lambda df, x: sc.stdtr(df, x),
 
 # Poisson CDF Q(k+1, mu) at integer k: ∂/∂mu = -pmf(k; mu). k is a constant (a count).
 pdtr = _elementwise(lambda k, mu: sc.pdtr(k, mu),
-                    (("poisson.cdf", "k", "the CDF of a discrete distribution is piecewise "
-                                          "constant in k."),
+                    (("poisson.cdf", "k", ("the CDF of a discrete distribution is piecewise "
+                                          "constant in k.")),
                      lambda k, mu: -np.exp(sc.xlogy(k, mu) - mu - sc.gammaln(k + 1.0))))
 
 def _count(n):
@@ -135,7 +135,7 @@ def _count(n):
 # Binomial CDF I_{1-p}(n-k, k+1) = 1 - I_p(k+1, n-k) at integer k < n: ∂/∂p is minus the
 # Beta(k+1, n-k) density at p, (n-k)·C(n,k)·p^k·(1-p)^(n-k-1).
 bdtr = _elementwise(lambda k, n, p: sc.bdtr(k, _count(n), p),
-                    (("binom.cdf", "k", "the CDF of a discrete distribution is piecewise "
-                                        "constant in k."),
+                    (("binom.cdf", "k", ("the CDF of a discrete distribution is piecewise "
+                                        "constant in k.")),
                      ("binom.cdf", "n", "n is a count (integer-valued)."),  # refused earlier
                      lambda k, n, p: -_beta_density(k + 1.0, n - k, p)))
