@@ -13,17 +13,18 @@ direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangen
 """
 
 import operator
+import sys
 
 import numpy as np
 
-from ..array_ops import (ArrayOps, WRITTEN_INTO_PLAIN, buffer_root, has_buffer, innermost,
-                         write_out)
+from ..array_ops import (ArrayOps, PICKLED, WRITTEN_INTO_PLAIN, buffer_root, has_buffer,
+                         innermost, write_out)
 from ..arguments import kwargs_to_positional, missing_rule_message
 from ..config import _CONFIG as _DEBUG
 from ..dispatch import dispatch, new_level, WRAPPER_TYPES
 from ..errors import (EscapedValueError, MissingRuleError, MutationError,
                       NonDifferentiableInputError, RuleError, TangentError, TrackingLostError,
-                      escaped_message)
+                      escaped_message, raise_lost_error_behind)
 from ..rules.broadcasting import shape_of
 from ..rules.indexing import is_basic_index
 from ..rules.lanes import align, expand_ellipsis
@@ -64,6 +65,11 @@ class Tag:
         a global) raise EscapedValueError when used, instead of acting as live duals."""
         self.closed = True
         self._watch = True
+        # (called in jvp/hvp's ``finally``: NumPy's or a C extension's stand-in for a
+        # TrackingLostError of this tag's duals is replaced by it, see errors.lost_error_behind)
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            raise_lost_error_behind(exc, self)
 
     def __repr__(self):
         return f"Tag(level={self.level}, lanes={self.lanes})"
@@ -197,15 +203,17 @@ class DualArray(ArrayOps):
     def __repr__(self):
         return f"DualArray(primal={self._value!r}, tangent={self._tangent!r})"
 
+    def _mc_live(self):
+        return not self._tag.closed
+
     def _lost(self, what):
         v = self._value
         desc = (f"A dual value (DualArray of {type(v).__name__}, dtype {v.dtype}, shape "
                 f"{tuple(np.shape(v))}) was {what}")
-        if what is WRITTEN_INTO_PLAIN:
-            return TrackingLostError(
-                f"{desc}. If an error about 'setting an array element with a sequence' follows, "
-                "it is NumPy reporting this one.")
-        return TrackingLostError(
+        if what is WRITTEN_INTO_PLAIN or what is PICKLED:
+            err = TrackingLostError(f"{desc}.")
+        else:
+            err = TrackingLostError(
             f"{desc}, which would silently drop its derivative. Common "
             "causes and fixes: np.array([x[0], x[1]]) -> use np.stack([x[0], x[1]]); math.sin(x) / "
             "float(x) -> use np.sin(x) and keep it an array; writing it into a plain array "
@@ -213,6 +221,8 @@ class DualArray(ArrayOps):
             "np.zeros_like(x, shape=(n,)), np.zeros(n, like=x), np.empty_like(x) or x.copy(); a "
             "library function that calls np.asarray internally -> wrap it with mp.primitive and "
             "give it an mp.frule. To read the numbers, use mp.primal(x) and mp.tangent(x).")
+        err._mc_source = self._tag  # (whose close() surfaces it: errors.lost_error_behind)
+        return err
 
 
 WRAPPER_TYPES.add(DualArray)

@@ -255,6 +255,8 @@ def with_constructor_hint(err):
                        if code.co_name == "__getitem__" else code.co_name)
         hint = _CONSTRUCTOR_HINTS.get((os.path.basename(code.co_filename), name))
         if hint is not None:
-            return type(err)(f"{hint} ({err})")
+            new = type(err)(f"{hint} ({err})")
+            new.__dict__.update(err.__dict__)  # (its source: errors.lost_error_behind)
+            return new
         f = f.f_back
     return err

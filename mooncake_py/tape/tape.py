@@ -13,6 +13,7 @@ nothing for either.
 import bisect
 import contextvars
 import operator
+import sys
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from ..array_ops import buffer_root, has_buffer, innermost, write_out, WRITTEN_I
 from ..dispatch import new_level, WRAPPER_TYPES
 from ..config import current_config
 from ..errors import (EscapedValueError, escaped_message, MissingRuleError, ReverseOverReverseError, MutationError,
-                      NonDifferentiableInputError, RuleError, TrackingLostError)
+                      NonDifferentiableInputError, RuleError, TrackingLostError,
+                      raise_lost_error_behind)
 from ..rules.registry import RRULES, ZERO_DERIVATIVE, COMPOSITES, fn_name
 from ..rules import BUILTIN_RRULES
 from ..rules.complex import (HOLOMORPHIC, HolomorphicPullback, RealParts, check_complex_call,
@@ -62,6 +64,8 @@ class Tape:
     other's records.
     """
 
+    _closed = False  # (True for ClosedTape)
+
     def __init__(self):
         self._level = new_level()
         self._pullbacks = []
@@ -99,6 +103,11 @@ class Tape:
         if type(self) is not ClosedTape:
             self._open_class = type(self)
             self.__class__ = ClosedTape
+        # Called in the transformations' ``finally``: a ValueError/SystemError in flight that
+        # stands for a TrackingLostError of this tape is replaced by it (errors.lost_error_behind)
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            raise_lost_error_behind(exc, self)
 
     def reopen(self):
         """Undo :meth:`close` (a vjp's pullback sweeps the tape, which may view buffers again);
@@ -522,6 +531,7 @@ class Tape:
 class ClosedTape(Tape):
     """A tape whose transformation has returned (see :meth:`Tape.close`): recording on it means
     a value escaped the call that made it, and raises EscapedValueError."""
+    _closed = True
 
     def record(self, fn, args, kwargs):
         raise EscapedValueError(escaped_message("tracked", fn_name(fn)))
