@@ -106,3 +106,21 @@ def test_clip_keywords_match_finite_differences(kw):
     if "min" in kw and np.lib.NumpyVersion(np.__version__) < "2.1.0":
         pytest.skip("np.clip's min/max keywords are NumPy >= 2.1")
     test_rule(np.clip, np.array([0.5, 2.0, 0.05, -1.0]), **kw)
+
+
+@mp.primitive
+def _scaled(x):
+    return 2.0 * x
+
+
+@mp.rrule(_scaled)
+def _scaled_rrule(x):
+    return _scaled(x), lambda g: ((2.0 * g).astype(np.float32),)  # a float32 cotangent
+
+
+def test_debug_mode_rejects_a_lower_precision_cotangent():
+    f = lambda x: np.sum(_scaled(x))
+    with mp.Config(debug_mode=True):
+        with pytest.raises(mp.RuleError, match=r"_scaled.*float32 cotangent.*float64"):
+            mp.grad(f)(X)
+    mp.grad(f)(X)  # (outside debug mode: not checked)

@@ -1155,5 +1155,18 @@ def _checked(fn, pullback, parents, meta):
                         f"shape {gshape} and dtype {gdt}; the argument has shape {tuple(shp)} and "
                         f"dtype {dt}. Undo broadcasting (sum over broadcast axes) and keep a "
                         "floating dtype (complex only for a complex argument).")
+                if gdt is not None and dt is not None and dt.kind in "fc" and \
+                        _precision(gdt) < _precision(dt):
+                    raise RuleError(
+                        f"the rrule of {fn_name(fn)} returned a {gdt} cotangent for argument {k}, "
+                        f"which is {dt}: the gradient would lose precision (float32 rounding in a "
+                        f"float64 computation). Compute the cotangent in the argument's dtype, "
+                        f"e.g. from the argument itself or with .astype(x.dtype).")
         return gs
     return checked
+
+
+def _precision(dt):
+    """The bytes of one real component of a float or complex dtype (float32 and complex64: 4)."""
+    dt = np.dtype(dt)
+    return dt.itemsize // 2 if dt.kind == "c" else dt.itemsize
