@@ -42,7 +42,7 @@ class Tag:
     ``complex``: whether a complex value has been perturbed by it; from then on every op checks
     that its rule holds for the complex values it is given. ``_watch`` is set when either this
     or ``closed`` is: the dispatch tests that one flag, so open real-only tags pay for neither."""
-    __slots__ = ("level", "lanes", "_complex", "closed", "_watch")
+    __slots__ = ("level", "lanes", "_complex", "closed", "_watch", "standalone")
 
     def __init__(self, lanes=0):
         self.level = new_level()
@@ -50,6 +50,8 @@ class Tag:
         self._complex = False
         self.closed = False  # set when the jvp/hvp that made the tag returns (see close)
         self._watch = False
+        # made by mp.dual, outside any transformation: its duals pickle (no f to lose them in)
+        self.standalone = False
 
     @property
     def complex(self):
@@ -204,7 +206,7 @@ class DualArray(ArrayOps):
         return f"DualArray(primal={self._value!r}, tangent={self._tangent!r})"
 
     def _mc_live(self):
-        return not self._tag.closed
+        return not (self._tag.closed or self._tag.standalone)
 
     def _lost(self, what):
         v = self._value
@@ -685,6 +687,7 @@ def dual(x, v, *, lanes=False, like=None):
                                "scalar.")
         k = np.shape(v)[0] if lanes else 0
         tag = Tag(k)
+        tag.standalone = True
     _validate(x, v, k)
     x = _as_value(x)
     if x.dtype.kind == "c":
