@@ -76,6 +76,52 @@ class EscapedValueError(TrackingLostError):
     a list or a global) and was used afterwards, where its derivative means nothing."""
 
 
+# What CPython or a C extension makes of an exception raised by ``__float__``/``__array__``:
+# NumPy's ``plain[i] = x`` re-raises it as ValueError("setting an array element with a
+# sequence"), and C code that ignores the failure (SciPy's brentq calling float on f's result)
+# ends in SystemError("... returned a result with an exception set"). Either has ours as its
+# cause or context.
+_CONVERSION_WRAPPERS = (ValueError, SystemError)
+
+
+def lost_error_behind(exc, source):
+    """The TrackingLostError made by a value of ``source`` (a tape or tag) that ``exc`` stands in
+    for, or None: for ``exc`` a ValueError or SystemError, which is how NumPy and C extensions
+    report an exception raised inside the conversions they call (see above). ``grad``, ``jvp``,
+    ``hvp``, ... raise the TrackingLostError instead, whose message names the fix.
+
+    Example:
+        >>> tape = object()
+        >>> inner = TrackingLostError("a tracked value was written into a plain array")
+        >>> inner._mc_source = tape
+        >>> outer = ValueError("setting an array element with a sequence.")
+        >>> outer.__cause__ = inner
+        >>> lost_error_behind(outer, tape) is inner
+        True
+    """
+    if type(exc) not in _CONVERSION_WRAPPERS:
+        return None
+    e = exc
+    for _ in range(4):  # (the conversion error is the direct cause, or one or two steps down)
+        e = e.__cause__ or e.__context__
+        if e is None:
+            return None
+        if isinstance(e, TrackingLostError):
+            return e if getattr(e, "_mc_source", None) is source else None
+    return None
+
+
+def raise_lost_error_behind(exc, source):
+    """Raise :func:`lost_error_behind` ``(exc, source)`` in place of ``exc`` (the error in flight
+    when a tape or tag closes), with ``exc``'s traceback, which runs down to the user's line; do
+    nothing if there is none."""
+    err = lost_error_behind(exc, source)
+    if err is not None:
+        err.__cause__ = None
+        err.__suppress_context__ = True  # (the stand-in adds nothing to the message)
+        raise err.with_traceback(exc.__traceback__)
+
+
 def escaped_message(kind, fn):
     """The message of EscapedValueError for a ``kind`` ("tracked"/"dual") value reaching ``fn``.
 

@@ -69,7 +69,7 @@ def test_missing_rule_names_function_mode_and_decorator():
     assert "@mp.frule(" in msg and "lanes=True" in msg and "zero_derivative" in msg
     assert "through its body" in msg and isinstance(e.value.__cause__, TrackingLostError)
     with pytest.raises(MissingRuleError, match="frule"):  # not a primitive: nothing to trace
-        np.i0(dual(np.ones(2), np.ones(2)))
+        np.unwrap(dual(np.ones(2), np.ones(2)))
 
 
 def test_primitive_without_frule_is_differentiated_through_its_body():

@@ -214,10 +214,10 @@ def test_cholesky_tangent_closed_form():
     L, dL = jvp(np.linalg.cholesky, (a,), (v,))
     np.testing.assert_allclose(dL, np.tril(dL), atol=1e-14)
     np.testing.assert_allclose(dL @ R.mT(L) + L @ R.mT(dL), v, rtol=1e-10, atol=1e-12)
-    # Only the symmetric part of a direction counts (the rrule's cotangent is symmetric too).
+    # Only the lower triangle of a direction counts (the rrule's cotangent is its adjoint).
     w = rand(2, 4, 4)
     np.testing.assert_allclose(jvp(np.linalg.cholesky, (a,), (w,))[1],
-                               jvp(np.linalg.cholesky, (a,), (sym(w),))[1], rtol=1e-12)
+                               jvp(np.linalg.cholesky, (a,), (from_lower(w),))[1], rtol=1e-12)
 
 
 @pytest.mark.parametrize("shape", cases(R.test_eigh, "shape"))
@@ -400,11 +400,15 @@ def fd_hvp(f, xs, vs, h):
     return [(p - m) / (2 * h) for p, m in zip(gp, gm)]
 
 
+def from_lower(w):
+    """The symmetric matrix that ``w``'s lower triangle stands for."""
+    return np.tril(w) + np.swapaxes(np.tril(w, -1), -1, -2)
+
+
 def check_hvp(f, *xs, rtol=1e-6, atol=1e-8, h=1e-5, symmetric=False):
     """H·v against finite differences of the gradient, with one direction and with 3 lanes;
     returns (v, H·v) for closed-form checks. ``symmetric``: directions are symmetric matrices
-    (for a matrix that cholesky/eigh read one triangle of, only those directions stay in the
-    domain on which finite differences and the symmetric-derivative convention agree)."""
+    (for closed forms stated on symmetric matrices)."""
     vs = [rand(*np.shape(x), dtype=np.asarray(x).dtype) for x in xs]
     vs = [sym(v) for v in vs] if symmetric else vs
     hvs = hvp(f, xs, vs)
@@ -477,12 +481,13 @@ def test_hvp_cholesky_logdet_closed_form():
     a = spd(rand(4, 4))
     (v,), (hv,) = check_hvp(lambda a: 2 * np.sum(np.log(np.einsum("ii->i", np.linalg.cholesky(a)))),
                             a, symmetric=True)
-    ai = np.linalg.inv(a)  # symmetric ∇ = A⁻¹: along a symmetric V it changes by -A⁻¹ V A⁻¹
-    np.testing.assert_allclose(hv, -ai @ v @ ai, rtol=1e-9, atol=1e-12)
-    # A non-symmetric direction counts by its symmetric part, as in the rrule's convention.
+    ai = np.linalg.inv(a)  # ∇ = A⁻¹'s lower triangle read: along a symmetric V it changes by
+    np.testing.assert_allclose(hv, R.read_lower(-ai @ v @ ai), rtol=1e-9, atol=1e-12)  # -A⁻¹ V A⁻¹
+    # A non-symmetric direction counts by the lower triangle, the entries cholesky reads.
     w = rand(4, 4)
     f = (lambda a: np.sum(np.linalg.cholesky(a) ** 3))
-    np.testing.assert_allclose(hvp(f, (a,), (w,))[0], hvp(f, (a,), (sym(w),))[0], rtol=1e-12)
+    np.testing.assert_allclose(hvp(f, (a,), (w,))[0], hvp(f, (a,), (from_lower(w),))[0],
+                               rtol=1e-12)
     check_hvp(lambda x: np.sum(np.linalg.cholesky(spd(x), upper=True) ** 3), rand(2, 3, 3))
 
 

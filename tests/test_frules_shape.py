@@ -110,7 +110,7 @@ def test_ravel_and_reshape_orders_follow_the_primal_layout(layout, order, lanes)
         np.testing.assert_array_equal(tangent(y), want)
 
 
-@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap", "maximum"])
+@pytest.mark.parametrize("mode", ["linear_ramp", "maximum"])
 def test_pad_other_modes_raise_missing_rule_in_forward_mode(mode):
     with pytest.raises(mp.MissingRuleError, match=f"forward-mode rule for np.pad with mode='{mode}'"):
         np.pad(dual(np.ones(3), np.ones(3)), 1, mode=mode)

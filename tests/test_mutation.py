@@ -669,17 +669,17 @@ def _next_call_works():
     np.testing.assert_allclose(mp.grad(lambda x: np.sum(x ** 2))(X), 2 * X)
 
 
-def test_write_into_a_plain_array_element_chains_the_helpful_error():
+def test_write_into_a_plain_array_element_raises_the_helpful_error():
     def f(x):
         y = np.zeros(4)
         for i in range(4):
             y[i] = x[i, 0]
         return np.sum(y)
-    with pytest.raises(ValueError, match="setting an array element") as err:
+    # (NumPy re-raises it as "ValueError: setting an array element with a sequence"; grad
+    # raises the TrackingLostError behind that)
+    with pytest.raises(mp.TrackingLostError) as err:
         mp.grad(f)(X)
-    cause = err.value.__cause__
-    assert isinstance(cause, mp.TrackingLostError)
-    msg = str(cause)
+    msg = str(err.value)
     assert "written into a plain NumPy array" in msg
     assert "np.zeros_like(x, shape=" in msg and "like=x" in msg
     _next_call_works()
@@ -706,10 +706,9 @@ def test_dual_written_into_a_plain_array():
         y = np.zeros(3)
         y[0] = x[0]
         return y
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(mp.TrackingLostError) as err:
         mp.jvp(f, (np.ones(3),), (np.ones(3),))
-    assert isinstance(err.value.__cause__, mp.TrackingLostError)
-    assert "like=x" in str(err.value.__cause__)
+    assert "like=x" in str(err.value)
     y, dy = mp.jvp(lambda x: x * 2, (np.ones(3),), (np.ones(3),))
     np.testing.assert_allclose(dy, 2.0)
 

@@ -253,13 +253,19 @@ def test_cholesky_symmetrised_argument():
               rand(2, 3, 3))
 
 
-def test_cholesky_cotangent_is_symmetric():
+def read_lower(g):
+    """The cotangent of the lower triangle read for a symmetric cotangent ``g``: twice ``g``
+    below the diagonal, ``g`` on it (docs/conventions.md, one-triangle linear algebra)."""
+    return g * (2 * np.tri(g.shape[-1]) - np.eye(g.shape[-1]))
+
+
+def test_cholesky_cotangent_is_that_of_the_lower_triangle():
     a = spd(rand(4, 4))
     g = mp.grad(lambda a: np.sum(np.linalg.cholesky(a) * rand(4, 4)))(a)
-    np.testing.assert_allclose(g, g.T, rtol=1e-12, atol=1e-14)
-    # 2 log det via the factor: gradient A⁻¹
+    np.testing.assert_array_equal(np.triu(g, 1), 0)
+    # 2 log det via the factor: symmetric gradient A⁻¹, of which the lower triangle is read
     g = mp.grad(lambda a: 2 * np.sum(np.log(np.einsum("ii->i", np.linalg.cholesky(a)))))(a)
-    np.testing.assert_allclose(g, np.linalg.inv(a), rtol=1e-10)
+    np.testing.assert_allclose(g, read_lower(np.linalg.inv(a)), rtol=1e-10, atol=1e-15)
 
 
 def separated(x, spread=3.0):
@@ -296,8 +302,8 @@ def test_eigh_single_outputs():
 def test_eigh_eigenvalue_closed_form():
     a = separated(rand(4, 4))
     w, v = np.linalg.eigh(a)
-    g = mp.grad(lambda a: np.linalg.eigh(a)[0][2])(a)  # dλ_k/dA = v_k v_kᵀ
-    np.testing.assert_allclose(g, np.outer(v[:, 2], v[:, 2]), rtol=1e-10, atol=1e-13)
+    g = mp.grad(lambda a: np.linalg.eigh(a)[0][2])(a)  # dλ_k/dA = v_k v_kᵀ (lower triangle read)
+    np.testing.assert_allclose(g, read_lower(np.outer(v[:, 2], v[:, 2])), rtol=1e-10, atol=1e-13)
 
 
 @pytest.mark.parametrize("a", [np.eye(3), np.diag([1.0, 1.0, 2.0]), np.zeros((2, 3, 3))])

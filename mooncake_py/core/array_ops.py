@@ -3,7 +3,8 @@
 Every attribute, operator and method here forwards to :func:`mooncake_py.core.dispatch.dispatch`,
 so the innermost transformation present handles it. Subclasses store the value that defines
 shape and dtype in ``_value`` and provide ``_lost(what)``, the error for a conversion that would
-drop the derivative, and ``_mc_setitem(key, value)``, an in-place write (``x[key] = value``;
+drop the derivative, ``_mc_live()``, whether the transformation that made the value is still
+running, and ``_mc_setitem(key, value)``, an in-place write (``x[key] = value``;
 the in-place operators ``+=`` ... and ``fill``/``sort`` are written with it).
 """
 import dis
@@ -79,6 +80,14 @@ class ArrayOps:
 
     def __complex__(self):
         raise self._lost("converted to a Python complex")
+
+    def __reduce_ex__(self, protocol):
+        # pickle (and copy.deepcopy, which pickles) of a live value inside f: its tape or tag
+        # cannot travel, and the copy would be a constant. A value whose transformation has
+        # returned (one a prepared cache holds) pickles as before.
+        if self._mc_live():
+            raise self._lost(PICKLED)
+        return object.__reduce_ex__(self, protocol)
 
     def __int__(self):
         # Truncation to an int has derivative zero wherever it has one: nothing is lost.
@@ -325,6 +334,14 @@ ArrayOps.__neg__ = lambda self: dispatch(np.negative, (self,), {})
 ArrayOps.__pos__ = lambda self: dispatch(np.positive, (self,), {})
 ArrayOps.__abs__ = lambda self: dispatch(np.absolute, (self,), {})
 
+PICKLED = (
+    "pickled inside the function being differentiated (pickle.dumps, copy.deepcopy, or sent to "
+    "another process by multiprocessing or concurrent.futures): a pickle cannot carry its "
+    "derivative, and what arrives would be a constant. Pickle plain values instead: "
+    "mp.stop_gradient(x) where a constant is meant; for work in another process, send it the "
+    "plain inputs and call mp.grad (or mp.hvp, ...) there; to copy a value within f, use "
+    "x.copy(), which is differentiated")
+
 WRITTEN_INTO_PLAIN = (
     "written into a plain NumPy array (plain[i] = value, or out=plain), which cannot hold its "
     "derivative. Create the array from the value being differentiated (here called x) so that "
@@ -387,7 +404,9 @@ def with_constructor_hint(err):
                        if code.co_name == "__getitem__" else code.co_name)
         hint = _CONSTRUCTOR_HINTS.get((os.path.basename(code.co_filename), name))
         if hint is not None:
-            return type(err)(f"{hint} ({err})")
+            new = type(err)(f"{hint} ({err})")
+            new.__dict__.update(err.__dict__)  # (its source: errors.lost_error_behind)
+            return new
         f = f.f_back
     return err
 

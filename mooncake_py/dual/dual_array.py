@@ -13,12 +13,14 @@ direction (tangent shaped like the primal), ``lanes=k`` for k directions (tangen
 """
 
 import operator
+import sys
 
 import numpy as np
 
 from ..config import _CONFIG as _DEBUG
 from ..core.arguments import kwargs_to_positional
 from ..core.array_ops import (
+    PICKLED,
     WRITTEN_INTO_PLAIN,
     ArrayOps,
     buffer_root,
@@ -36,6 +38,7 @@ from ..errors import (
     TangentError,
     TrackingLostError,
     escaped_message,
+    raise_lost_error_behind,
 )
 from ..rules.broadcasting import shape_of
 from ..rules.complex import check_complex_call, has_complex
@@ -61,7 +64,7 @@ class Tag:
     ``complex``: whether a complex value has been perturbed by it; from then on every op checks
     that its rule holds for the complex values it is given. ``_watch`` is set when either this
     or ``closed`` is: the dispatch tests that one flag, so open real-only tags pay for neither."""
-    __slots__ = ("_complex", "_watch", "closed", "lanes", "level")
+    __slots__ = ("_complex", "_watch", "closed", "lanes", "level", "standalone")
 
     def __init__(self, lanes=0):
         self.level = new_level()
@@ -69,6 +72,8 @@ class Tag:
         self._complex = False
         self.closed = False  # set when the jvp/hvp that made the tag returns (see close)
         self._watch = False
+        # made by mp.dual, outside any transformation: its duals pickle (no f to lose them in)
+        self.standalone = False
 
     @property
     def complex(self):
@@ -84,6 +89,11 @@ class Tag:
         a global) raise EscapedValueError when used, instead of acting as live duals."""
         self.closed = True
         self._watch = True
+        # (called in jvp/hvp's ``finally``: NumPy's or a C extension's stand-in for a
+        # TrackingLostError of this tag's duals is replaced by it, see errors.lost_error_behind)
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            raise_lost_error_behind(exc, self)
 
     def __repr__(self):
         return f"Tag(level={self.level}, lanes={self.lanes})"
@@ -217,15 +227,17 @@ class DualArray(ArrayOps):
     def __repr__(self):
         return f"DualArray(primal={self._value!r}, tangent={self._tangent!r})"
 
+    def _mc_live(self):
+        return not (self._tag.closed or self._tag.standalone)
+
     def _lost(self, what):
         v = self._value
         desc = (f"A dual value (DualArray of {type(v).__name__}, dtype {v.dtype}, shape "
                 f"{tuple(np.shape(v))}) was {what}")
-        if what is WRITTEN_INTO_PLAIN:
-            return TrackingLostError(
-                f"{desc}. If an error about 'setting an array element with a sequence' follows, "
-                "it is NumPy reporting this one.")
-        return TrackingLostError(
+        if what is WRITTEN_INTO_PLAIN or what is PICKLED:
+            err = TrackingLostError(f"{desc}.")
+        else:
+            err = TrackingLostError(
             f"{desc}, which would silently drop its derivative. Common "
             "causes and fixes: np.array([x[0], x[1]]) -> use np.stack([x[0], x[1]]); math.sin(x) / "
             "float(x) -> use np.sin(x) and keep it an array; writing it into a plain array "
@@ -233,6 +245,8 @@ class DualArray(ArrayOps):
             "np.zeros_like(x, shape=(n,)), np.zeros(n, like=x), np.empty_like(x) or x.copy(); a "
             "library function that calls np.asarray internally -> wrap it with mp.primitive and "
             "give it an mp.frule. To read the numbers, use mp.primal(x) and mp.tangent(x).")
+        err._mc_source = self._tag  # (whose close() surfaces it: errors.lost_error_behind)
+        return err
 
 
 WRAPPER_TYPES.add(DualArray)
@@ -693,6 +707,7 @@ def dual(x, v, *, lanes=False, like=None):
                                "scalar.")
         k = np.shape(v)[0] if lanes else 0
         tag = Tag(k)
+        tag.standalone = True
     _validate(x, v, k)
     x = _as_value(x)
     if x.dtype.kind == "c":

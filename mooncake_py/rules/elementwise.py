@@ -11,7 +11,17 @@ import numpy as np
 from ..errors import MissingRuleError
 from .broadcasting import shape_of, unbroadcast
 from .derivative_table import constant_input_message, on_new_entries
-from .registry import RRULES, fn_name, primitive, rrule, zero_derivative
+from .lanes import align
+from .registry import (
+    RRULES,
+    composite,
+    fn_name,
+    frule,
+    primitive,
+    rrule,
+    stop_gradient,
+    zero_derivative,
+)
 
 
 @primitive
@@ -187,6 +197,92 @@ def _where(needs, cond, *xy):
                 unbroadcast(np.where(cond, g, 0), shape_of(x)) if needs[1] else None,
                 unbroadcast(np.where(cond, 0, g), shape_of(y)) if needs[2] else None)
     return out, pullback
+
+
+# --- floating-point parts: ldexp, frexp, modf ------------------------------------------------------
+@rrule(np.ldexp, needs=True)
+def _ldexp(needs, x, i, **kw):
+    """``x·2^i``: linear in ``x`` (the exponent ``i`` is an integer: no derivative).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(np.ldexp(x, [1, 3])))(np.ones(2))
+        array([2., 8.])
+    """
+    y = np.ldexp(x, i, **kw)
+    return y, lambda g: (unbroadcast(np.ldexp(g, i), shape_of(x)) if needs[0] else None, None)
+
+
+@frule(np.ldexp, lanes=True)
+def _ldexp_f(primals, tangents, **kw):
+    x, i = primals
+    dx = tangents[0]
+    y = np.ldexp(x, i, **kw)
+    # (the lane-first tangent gets x's broadcast axes after its lane axis)
+    return y, None if dx is None else np.ldexp(align(dx, np.ndim(y)), i)
+
+
+@composite(np.frexp)
+def _frexp(x, *out, **kw):
+    """``(m, e)`` with ``x = m·2^e``: ``m = ldexp(x, -e)`` for the integer ``e`` of the value
+    (an exact scaling: the same numbers as np.frexp), differentiable in ``x``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(np.frexp(x)[0]))(np.array([3.0, 0.25]))
+        array([0.25, 2.  ])
+    """
+    if out or kw:
+        raise MissingRuleError("np.frexp with out= or where= has no rule for differentiated "
+                               "values; call np.frexp(x) and write its results yourself.")
+    e = np.frexp(stop_gradient(x))[1]
+    return np.ldexp(x, -e), e
+
+
+@composite(np.modf)
+def _modf(x, *out, **kw):
+    """``(x - trunc(x), trunc(x))``: the fractional part has derivative 1, the integral part 0
+    (the subtraction is exact: the same numbers as np.modf; ±inf has fractional part ±0).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(np.modf(x)[0] * 3))(np.array([1.5, -2.25]))
+        array([3., 3.])
+    """
+    if out or kw:
+        raise MissingRuleError("np.modf with out= or where= has no rule for differentiated "
+                               "values; call np.modf(x) and write its results yourself.")
+    frac, whole = np.modf(stop_gradient(x))
+    return np.where(np.isinf(whole), frac, x - whole), whole
+
+
+# --- np.i0 ---------------------------------------------------------------------------------------
+def _i1(x):
+    """scipy.special.i1 (I₁ = I₀', itself in the derivative table, so second order composes)."""
+    try:
+        import scipy.special as sps
+    except ImportError:  # pragma: no cover
+        raise MissingRuleError("the derivative of np.i0 is scipy.special.i1, and scipy is not "
+                               "installed; install scipy to differentiate np.i0.") from None
+    return sps.i1(x)
+
+
+@rrule(np.i0)
+def _np_i0(x):
+    """np.i0, the modified Bessel function I₀; its derivative is I₁ (scipy.special.i1).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> print(round(float(mp.grad(np.i0)(1.0)), 6))
+        0.565159
+    """
+    return np.i0(x), lambda g: (g * _i1(x),)
+
+
+@frule(np.i0, lanes=True)
+def _np_i0_f(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return np.i0(x), None if dx is None else _i1(x) * dx
 
 
 __all__ = ["ew_pullback"]

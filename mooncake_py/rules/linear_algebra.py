@@ -5,10 +5,13 @@ scipy.linalg triangular solves ``solve_triangular`` / ``cho_solve`` as primitive
 
 Matrix functions act on the last two axes and broadcast over leading (batch) axes, as NumPy does.
 A right-hand side ``b`` is a vector when it is 1-D and a stack of matrices otherwise (NumPy 2 and
-SciPy's batched semantics). ``cholesky`` and ``eigh`` read one triangle of a matrix that is meant
-to be symmetric; their cotangents are returned symmetric, i.e. they are the derivative with
-respect to a symmetric input. Their forward rules likewise use the symmetric part of the
-input's tangent, so that forward and reverse mode agree.
+SciPy's batched semantics). ``cholesky``, ``eigh`` and ``eigvalsh`` read one triangle of their
+input (the lower one, or the upper for ``upper=True`` / ``UPLO='U'``); their derivatives are with
+respect to the entries read, as finite differences see them (docs/conventions.md): a tangent
+Ȧ acts as the Hermitian matrix its triangle stands for, sym(Ȧ ∘ M), and a cotangent is
+M ∘ Ā_sym, with M the read triangle's mask (2 off the diagonal, 1 on it, 0 elsewhere) and
+Ā_sym the symmetric cotangent. The two are adjoint, and on symmetric directions they are the
+symmetric-input derivative.
 
 Every forward rule is lane-aware (``@frule(fn, lanes=True)``): tangents arrive with a leading
 lane axis of k directions. Products contract the lane axis nowhere; the solves fold the k lanes
@@ -806,11 +809,49 @@ def _phi_mask(n, dtype, like):
     return m
 
 
+_READ_MASKS = {}  # host masks by (n, real dtype, lower), as _PHI_MASKS
+
+
+def _read_mask(x, lower):
+    """M, the mask of the triangle a one-triangle routine reads of the (..., n, n) ``x``: 2 below
+    (``lower``; else above) the diagonal, 1 on it, 0 elsewhere, of ``x``'s real dtype and module.
+
+    The matrix a triangle T stands for is sym(T ∘ M) (Hermitian part for complex values, whose
+    diagonal is real as LAPACK reads it), so a tangent Ȧ enters as sym(Ȧ ∘ M) and, its adjoint,
+    a symmetric cotangent G leaves as M ∘ G: twice G in the triangle read, G on the diagonal.
+    """
+    n = shape_of(x)[-1]
+    dt = _dtype(x)
+    dt = np.dtype(dt.char.lower()) if dt.kind == "c" else dt  # complex64 -> float32 etc.
+    if am.is_device(x):
+        m = 2 * am.tri(n, dtype=dt, like=x) - am.eye(n, dtype=dt, like=x)
+        return m if lower else m.T
+    key = (n, dt, lower)
+    m = _READ_MASKS.get(key)
+    if m is None:
+        m = 2 * np.tri(n, dtype=dt) - np.eye(n, dtype=dt)
+        m = m if lower else np.ascontiguousarray(m.T)
+        m.flags.writeable = False
+        _READ_MASKS[key] = m
+    return m
+
+
+def _read_cotangent(g, lower):
+    """M ∘ ``g`` (see :func:`_read_mask`): the cotangent of the entries read, in place for a
+    fresh plain array."""
+    m = _read_mask(g, lower)
+    if type(g) is np.ndarray and g.flags.writeable and g.dtype.kind != "c":
+        return np.multiply(g, m, out=g)
+    return g * m
+
+
 def _cholesky_upper(a):
-    """``np.linalg.cholesky(a, upper=True)``; CuPy's cholesky has no ``upper``: there the upper
-    factor is the transpose of the lower one."""
+    """``np.linalg.cholesky(a, upper=True)``, reading ``a``'s upper triangle; CuPy's cholesky has
+    no ``upper``: there the upper factor is the adjoint of the lower factor of ``a``'s adjoint
+    (whose lower triangle is ``a``'s upper one, so the same entries are read)."""
     if am.is_device(a):
-        return _mT(np.linalg.cholesky(a))
+        tr = _adjoints(a)[0]
+        return tr(np.linalg.cholesky(tr(a)))
     return np.linalg.cholesky(a, upper=True)
 
 
@@ -826,9 +867,13 @@ def _cholesky(a, upper=False):
         # A = L Lᵀ: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with halved diagonal.
         gL = tr(g) if upper else g
         if trans == 1:  # real: one primitive, whose frule knows L̇ is triangular (HVPs)
+            # it returns the lower triangle's cotangent M ∘ G; the upper one's is Mᵀ ∘ G, its
+            # transpose (G is symmetric)
             if type(gL) is np.ndarray and type(L) is np.ndarray:  # (skip the dispatch check)
-                return (_plain_cholesky_cotangent(L, gL),)
-            return (_cholesky_cotangent(L, gL),)
+                abar = _plain_cholesky_cotangent(L, gL)
+            else:
+                abar = _cholesky_cotangent(L, gL)
+            return (_mT(abar) if upper else abar,)
         ltg = _lower_transposed_times(L, gL)
         if ltg is None:
             p = np.matmul(tr(L), gL) * _phi_mask(shape_of(L)[-1], _dtype(gL), gL)
@@ -841,33 +886,35 @@ def _cholesky(a, upper=False):
             # sym(s) in one temporary (the pullback of a plain gradient: nothing records it)
             out = np.add(s, s.T)
             out /= 2
-            return (out,)
-        return (sym(s),)
+            return (_read_cotangent(out, not upper),)
+        return (_read_cotangent(sym(s), not upper),)
     return y, pullback
 
 
 def _plain_cholesky_cotangent(L, gL):
-    """Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹): the cotangent of A for a real Cholesky factor ``L`` of A (lower,
-    its upper triangle zero) and the cotangent ``gL`` of L, Φ = lower triangle with halved
-    diagonal. A primitive so that on duals its frule, not six dual solves and products, runs.
+    """Ā = M ∘ sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹): the cotangent of the lower triangle of A that
+    ``np.linalg.cholesky`` reads, for a real Cholesky factor ``L`` of A (lower, its upper
+    triangle zero) and the cotangent ``gL`` of L; Φ = lower triangle with halved diagonal, M the
+    read mask (:func:`_read_mask`). A primitive so that on duals its frule, not six dual solves
+    and products, runs.
 
     Example:
         >>> L = np.array([[2.0, 0.0], [1.0, 1.0]])
-        >>> _cholesky_cotangent(L, np.eye(2))
-        array([[ 0.375, -0.25 ],
-               [-0.25 ,  0.5  ]])
+        >>> _cholesky_cotangent(L, np.eye(2)) + 0.0  # (+ 0.0: the -0.0 above the diagonal)
+        array([[ 0.375,  0.   ],
+               [-0.5  ,  0.5  ]])
     """
     if type(L) is np.ndarray and L.ndim == 2:
         fast = cholesky_blas.cotangent(L, gL, _phi_mask(L.shape[-1], L.dtype, L))
         if fast is not None:
-            return fast
+            return _read_cotangent(fast, True)
     s = _cholesky_cotangent_unsym(L, gL, _cholesky_phi(L, _lower_t_times(L, gL)))
     if type(s) is np.ndarray and s.ndim == 2 and s.dtype.kind == "f":
         # sym(s) in one temporary (the pullback of a plain gradient: nothing records it)
         out = np.add(s, s.T)
         out /= 2
-        return out
-    return _sym(s)
+        return _read_cotangent(out, True)
+    return _read_cotangent(_sym(s), True)
 
 
 _cholesky_cotangent = primitive(_plain_cholesky_cotangent)
@@ -913,7 +960,7 @@ def _lane_lower_t_times(T, x, lanes_in_t):
 
 @frule(_cholesky_cotangent, lanes=True)
 def _cholesky_cotangent_f(primals, tangents):
-    # With P = Φ(Lᵀ L̄), S = L⁻ᵀ P L⁻¹ and Ā = sym(S):
+    # With P = Φ(Lᵀ L̄), S = L⁻ᵀ P L⁻¹ and Ā = sym(S) (returned as M ∘ Ā, M constant):
     #   Ṡ = L⁻ᵀ Ṗ L⁻¹ - NᵀS - SN with N = L̇ L⁻¹, and sym(NᵀS + SN) = 2 sym(Ā N), so
     #   Ā̇ = sym((L⁻ᵀ Ṗ - 2 Ā L̇) L⁻¹),  Ṗ = Φ(L̇ᵀ L̄ + Lᵀ L̄̇)
     # two solves and three triangular products for the tangent, no inverse, no L⁻¹ L̇ (plain
@@ -922,21 +969,22 @@ def _cholesky_cotangent_f(primals, tangents):
     if type(L) is np.ndarray and L.ndim == 2:
         fast = cholesky_blas.cotangent_and_tangent(L, gL, dL, dg,
                                                    _phi_mask(L.shape[-1], L.dtype, L))
-        if fast is not None:
-            return fast
+        if fast is not None:  # (fresh buffers: masked in place)
+            return _read_cotangent(fast[0], True), _read_cotangent(fast[1], True)
     s = _cholesky_cotangent_unsym(L, gL, _cholesky_phi(L, _lower_t_times(L, gL)))
     abar = _sym(s)
     dp = None if dL is None else _lane_lower_t_times(dL, gL, True)
     if dg is not None:
         dp = _addt(dp, _lane_lower_t_times(L, dg, False))
     if dp is None:
-        return abar, None
+        return _read_cotangent(abar, True), None
     solve_t = (lambda r: _solve_nonsingular(L, r, trans=1, lower=True))
     y = _lane_solve(solve_t, _cholesky_phi(L, dp))
     if dL is not None:
         # Ā L̇ = (L̇ᵀ Ā)ᵀ, Ā symmetric: a triangular product
         y = y - 2 * _mT(_lane_lower_t_times(dL, abar, True))
-    return abar, _sym(_mT(_lane_solve(solve_t, _mT(y))))
+    dabar = _sym(_mT(_lane_solve(solve_t, _mT(y))))
+    return _read_cotangent(abar, True), _read_cotangent(dabar, True)
 
 
 def _lower_transposed_times(L, g):
@@ -982,15 +1030,16 @@ def _cholesky_f(primals, tangents, **kw):
         y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
         tr, sym = _adjoints(y)
         L = tr(y) if upper else y
+        da = tangents[0] * _read_mask(y, not upper)  # the triangle read: sym(da) below
         if type(L) is np.ndarray and L.ndim == 2 and tr is _mT:
-            dL = cholesky_blas.factor_tangent(L, tangents[0],
+            dL = cholesky_blas.factor_tangent(L, da,
                                               _phi_mask(L.shape[-1], L.dtype, L))
             if dL is not None:
                 return y, tr(dL) if upper else dL
         # L̇ = L Φ(L⁻¹ Ȧ L⁻ᵀ), Ȧ symmetrised (Ȧ L⁻ᵀ = (L⁻¹ Ȧ)ᵀ for symmetric Ȧ); complex:
         # ᵀ → ᴴ, and Φ's halved diagonal of the Hermitian L⁻¹ Ȧ L⁻ᴴ is real, as L's is.
         solve_l = (lambda r: _solve_nonsingular(L, r, lower=True))
-        z = _lane_solve(solve_l, tr(_lane_solve(solve_l, sym(tangents[0]))))
+        z = _lane_solve(solve_l, tr(_lane_solve(solve_l, sym(da))))
         zphi = z * _phi_mask(shape_of(L)[-1], _dtype(z), z)
         one = _triangle_times(L, zphi[0], True, 0) if shape_of(zphi)[0] == 1 else None
         dL = np.matmul(L, zphi) if one is None else one[None]
@@ -1037,14 +1086,23 @@ def _eigh_tangents(w, v, da, vectors):
     return dw, np.matmul(v, f * m)
 
 
+def _reads_lower(UPLO):
+    """Whether eigh/eigvalsh read the lower triangle for ``UPLO`` (NumPy's check and message)."""
+    u = str(UPLO).upper()
+    if u not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    return u == "L"
+
+
 @rrule(np.linalg.eigh, needs=True)
 def _eigh(needs, a, UPLO="L"):
     res = np.linalg.eigh(a, UPLO)
     w, v = res
+    lower = _reads_lower(UPLO)
 
     def pullback(gs):
         gw, gv = gs
-        return _pad(needs, _eigh_cotangent(w, v, gw, gv))
+        return _pad(needs, _read_cotangent(_eigh_cotangent(w, v, gw, gv), lower))
     return res, pullback
 
 
@@ -1052,21 +1110,24 @@ def _eigh(needs, a, UPLO="L"):
 def _eigh_f(primals, tangents, **kw):
     def go(a, UPLO="L"):
         res = np.linalg.eigh(a, UPLO)
-        return res, _eigh_tangents(res[0], res[1], tangents[0], True)
+        da = tangents[0] * _read_mask(res[1], _reads_lower(UPLO))
+        return res, _eigh_tangents(res[0], res[1], da, True)
     return go(*primals, **kw)
 
 
 @rrule(np.linalg.eigvalsh, needs=True)
 def _eigvalsh(needs, a, UPLO="L"):
     w, v = np.linalg.eigh(a, UPLO)
-    return w, lambda g: _pad(needs, _eigh_cotangent(w, v, g, None))
+    lower = _reads_lower(UPLO)
+    return w, lambda g: _pad(needs, _read_cotangent(_eigh_cotangent(w, v, g, None), lower))
 
 
 @frule(np.linalg.eigvalsh, lanes=True)
 def _eigvalsh_f(primals, tangents, **kw):
     def go(a, UPLO="L"):
         w, v = np.linalg.eigh(a, UPLO)
-        return w, _eigh_tangents(w, v, tangents[0], False)
+        da = tangents[0] * _read_mask(v, _reads_lower(UPLO))
+        return w, _eigh_tangents(w, v, da, False)
     return go(*primals, **kw)
 
 

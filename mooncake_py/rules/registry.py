@@ -22,6 +22,26 @@ ZERO_DERIVATIVE = set()
 COMPOSITES = {}
 
 
+class _KeywordNeeds(tuple):
+    """``needs`` (one flag per positional argument) of a call that also passed keywords: a
+    flag past the positional ones reads False. A keyword argument is never tracked (the tape
+    moves a tracked one into its positional slot first), so a rule may read ``needs[i]`` for
+    parameter i however the caller spelled it: ``np.clip(x, a_min=0.1, a_max=1.1)`` reaches
+    the clip rule with one positional argument and ``needs[2]`` False.
+
+    Example:
+        >>> _KeywordNeeds((True,))[2]
+        False
+    """
+    __slots__ = ()
+
+    def __getitem__(self, i):
+        try:
+            return tuple.__getitem__(self, i)
+        except IndexError:
+            return False
+
+
 def rrule(fn, needs=False):
     """Register a reverse-mode rule (pullback) for ``fn``.
 
@@ -46,7 +66,9 @@ def rrule(fn, needs=False):
     """
     def register(rule):
         if needs:
-            RRULES[fn] = lambda args, kwargs, nd: rule(nd, *args, **kwargs)
+            # (a call with keywords: their ``needs`` read False, see _KeywordNeeds)
+            RRULES[fn] = lambda args, kwargs, nd: rule(_KeywordNeeds(nd) if kwargs else nd,
+                                                       *args, **kwargs)
         else:
             RRULES[fn] = lambda args, kwargs, nd: rule(*args, **kwargs)
         RRULES[fn].__name__ = f"rrule({fn_name(fn)})"

@@ -744,21 +744,48 @@ def _pad_pairs(pad_width, ndim):
     return [tuple(int(p) for p in row) for row in np.broadcast_to(pw, (ndim, 2))]
 
 
-def _pad_mode_supported(mode, direction):
-    if mode not in ("constant", "empty"):
-        raise MissingRuleError(
-            f"mooncake_py has no {direction}-mode rule for np.pad with mode={mode!r}: only "
-            "mode='constant' (with constant constant_values) and mode='empty' are supported. "
-            "Build the padding from slices of the array instead, e.g. for mode='edge' on a 1-D x: "
-            "np.concatenate([np.repeat(x[:1], n), x, np.repeat(x[-1:], n)]), or for 'wrap': "
-            "np.concatenate([x[-n:], x, x[:n]]); those are differentiated.")
+# Modes whose padding copies entries of the array: the padded array is a gather of the array's
+# entries, and np.pad itself, applied to the entries' flat positions, says which one goes where.
+_GATHER_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")
+
+
+def _pad_mode_supported(mode, direction, kwargs):
+    if mode in ("constant", "empty"):
+        return
+    if mode in _GATHER_PAD_MODES and kwargs.get("reflect_type", "even") == "even":
+        return
+    raise MissingRuleError(
+        f"mooncake_py has no {direction}-mode rule for np.pad with mode={mode!r}"
+        f"{', reflect_type=' + repr(kwargs['reflect_type']) if 'reflect_type' in kwargs else ''}: "
+        "supported are mode='constant' (constant constant_values), 'empty', and 'edge', "
+        "'reflect', 'symmetric', 'wrap' (reflect_type='even'). Build other paddings from slices "
+        "of the array, e.g. for a 1-D x: np.concatenate([2 * x[:1] - x[n:0:-1], x]) (an odd "
+        "reflection); those are differentiated.")
+
+
+def _pad_source(shape, pad_width, mode, kwargs):
+    """For a gather mode: the flat position in the array of each padded entry (np.pad of the
+    positions, with the same arguments: the same copies)."""
+    return np.pad(np.arange(math.prod(shape)).reshape(shape), pad_width, mode, **kwargs)
 
 
 @linear_in_first(np.pad)
 def _pad(array, pad_width, mode="constant", **kwargs):
-    _pad_mode_supported(mode, "reverse")
+    """np.pad: constant/empty modes slice the cotangent; gather modes (edge, reflect, symmetric,
+    wrap) add it back onto the entries each padded entry copies.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.grad(lambda x: np.sum(np.pad(x, 2, mode="reflect")))(np.ones(3))
+        array([2., 3., 2.])
+    """
+    _pad_mode_supported(mode, "reverse", kwargs)
     y = np.pad(array, pad_width, mode, **kwargs)
     shape = shape_of(array)
+    if mode in _GATHER_PAD_MODES:
+        src = _pad_source(shape, pad_width, mode, kwargs)
+        return y, lambda g: np.reshape(scatter_add((math.prod(shape),), (np.ravel(src),),
+                                                   np.reshape(g, (-1,))), shape)
     key = tuple(slice(before, before + n)
                 for (before, _), n in zip(_pad_pairs(pad_width, len(shape)), shape))
     return y, lambda g: g[key]
@@ -768,13 +795,19 @@ def _pad(array, pad_width, mode="constant", **kwargs):
 def _pad_f(primals, tangents, **kwargs):
     array, pad_width, *rest = primals
     mode = rest[0] if rest else kwargs.get("mode", "constant")
-    _pad_mode_supported(mode, "forward")
+    extra = {k: v for k, v in kwargs.items() if k != "mode"}
+    _pad_mode_supported(mode, "forward", extra)
     y = np.pad(array, pad_width, *rest, **kwargs)
     dx = tangents[0]
     if dx is None:
         return y, None
+    shape = shape_of(array)
+    if mode in _GATHER_PAD_MODES:  # each lane gathers as the value does
+        src = _pad_source(shape, pad_width, mode, extra)
+        k = shape_of(dx)[0]
+        return y, np.reshape(np.reshape(dx, (k, -1))[:, np.ravel(src)], (k,) + src.shape)
     # The padding is constant (or, for 'empty', arbitrary): its tangent is zero either way.
-    return y, np.pad(dx, [(0, 0)] + _pad_pairs(pad_width, len(shape_of(array))))
+    return y, np.pad(dx, [(0, 0)] + _pad_pairs(pad_width, len(shape)))
 
 
 # --- functions whose outputs carry no derivative --------------------------------------------------

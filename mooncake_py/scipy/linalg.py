@@ -8,8 +8,8 @@ HVPs and Hessians flow. Leading axes are a batch, as in SciPy.
 
 Where SciPy reads only one triangle of a matrix (``cholesky``, ``cho_factor``, ``eigh`` and
 ``solve``/``inv`` with ``assume_a='sym'``/``'pos'``), the derivative is with respect to the
-entries read, as finite differences see it: the other triangle gets a zero cotangent. On
-symmetric directions it agrees with NumPy's rules (symmetric cotangents). SciPy itself is
+entries read, as finite differences see it: the other triangle gets a zero cotangent, as with
+NumPy's ``cholesky``/``eigh`` rules (docs/conventions.md). SciPy itself is
 imported on first use. ``mooncake_py.linalg`` is this module.
 
 Example:

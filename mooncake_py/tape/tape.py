@@ -13,6 +13,7 @@ nothing for either.
 import bisect
 import contextvars
 import operator
+import sys
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from ..errors import (
     RuleError,
     TrackingLostError,
     escaped_message,
+    raise_lost_error_behind,
 )
 from ..rules import BUILTIN_RRULES
 from ..rules.broadcasting import shape_of, unbroadcast
@@ -76,6 +78,8 @@ class Tape:
     other's records.
     """
 
+    _closed = False  # (True for ClosedTape)
+
     def __init__(self):
         self._level = new_level()
         self._pullbacks = []
@@ -113,6 +117,11 @@ class Tape:
         if type(self) is not ClosedTape:
             self._open_class = type(self)
             self.__class__ = ClosedTape
+        # Called in the transformations' ``finally``: a ValueError/SystemError in flight that
+        # stands for a TrackingLostError of this tape is replaced by it (errors.lost_error_behind)
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            raise_lost_error_behind(exc, self)
 
     def reopen(self):
         """Undo :meth:`close` (a vjp's pullback sweeps the tape, which may view buffers again);
@@ -536,6 +545,7 @@ class Tape:
 class ClosedTape(Tape):
     """A tape whose transformation has returned (see :meth:`Tape.close`): recording on it means
     a value escaped the call that made it, and raises EscapedValueError."""
+    _closed = True
 
     def record(self, fn, args, kwargs):
         raise EscapedValueError(escaped_message("tracked", fn_name(fn)))
@@ -1159,5 +1169,18 @@ def _checked(fn, pullback, parents, meta):
                         f"shape {gshape} and dtype {gdt}; the argument has shape {tuple(shp)} and "
                         f"dtype {dt}. Undo broadcasting (sum over broadcast axes) and keep a "
                         "floating dtype (complex only for a complex argument).")
+                if gdt is not None and dt is not None and dt.kind in "fc" and \
+                        _precision(gdt) < _precision(dt):
+                    raise RuleError(
+                        f"the rrule of {fn_name(fn)} returned a {gdt} cotangent for argument {k}, "
+                        f"which is {dt}: the gradient would lose precision (float32 rounding in a "
+                        f"float64 computation). Compute the cotangent in the argument's dtype, "
+                        f"e.g. from the argument itself or with .astype(x.dtype).")
         return gs
     return checked
+
+
+def _precision(dt):
+    """The bytes of one real component of a float or complex dtype (float32 and complex64: 4)."""
+    dt = np.dtype(dt)
+    return dt.itemsize // 2 if dt.kind == "c" else dt.itemsize

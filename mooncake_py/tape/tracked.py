@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from ..core.array_ops import WRITTEN_INTO_PLAIN, ArrayOps, is_view_of
+from ..core.array_ops import PICKLED, WRITTEN_INTO_PLAIN, ArrayOps, is_view_of
 from ..core.dispatch import WRAPPER_TYPES, dispatch
 from ..errors import TrackingLostError
 from ..rules.mutation import LIKE_CONSTRUCTORS
@@ -91,14 +91,18 @@ class TrackedArray(ArrayOps):
     def __repr__(self):
         return f"TrackedArray({self._value!r})"
 
+    def _mc_live(self):
+        return not self._tape._closed
+
     def _lost(self, what):
-        return TrackingLostError(_lost_message(self, what))
+        err = TrackingLostError(_lost_message(self, what))
+        err._mc_source = self._tape  # (whose close() surfaces it: errors.lost_error_behind)
+        return err
 
 
 def _lost_message(x, what):
-    if what is WRITTEN_INTO_PLAIN:
-        return (f"A tracked value ({_describe(x)}) was {what}. If an error about 'setting an "
-                "array element with a sequence' follows, it is NumPy reporting this one.")
+    if what is WRITTEN_INTO_PLAIN or what is PICKLED:
+        return f"A tracked value ({_describe(x)}) was {what}."
     return (
         f"A tracked value ({_describe(x)}) was {what}, which would silently drop its derivative. "
         "Common causes and fixes: np.array([x[0], x[1]]) -> use np.stack([x[0], x[1]]); "
