@@ -90,7 +90,7 @@ def _check_cache_columns(data, md):
     assert data["config"]["kernel_load_s"]["load_s"] > 0
     assert "(not compiled" in md
     assert "## Preparation and compile time" in md and "| _sum_1000 |" in md
-    assert "## Summary: issue 13's targets" in md
+    assert "## Summary: speed targets" in md
     assert "prepared (or compiled, where it compiled) gradient ≤ 10× primal |" in md
 
 
