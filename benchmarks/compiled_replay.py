@@ -4,7 +4,7 @@
 (``_sum_1000``, ``_sum_sin_1000``, ``large_single_block``), the time of one call of: the primal
 ``f`` on NumPy values; ``mp.value_and_grad(f)`` (unprepared: records every call);
 ``mp.value_and_gradient`` with a cache prepared with ``replay=True`` (Python replay) and with
-``compile=True`` (the numba kernel of mooncake_py/tape/compiled.py). Then the same for
+``compile=True`` (the numba kernel of mooncake_py/replay/compiled.py). Then the same for
 Hessian-vector products: ``mp.hvp(f)`` (unprepared), ``mp.value_and_hvp`` with a cache prepared with
 ``replay=True`` and with ``compile=True`` (the forward-over-reverse kernel), and the ratio of the
 compiled HVP to the compiled gradient. Then the suite rows whose plans are mixed (array steps

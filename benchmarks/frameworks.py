@@ -183,6 +183,30 @@ def kernel_load_times():
     return dict(getattr(compiled, "TIMES", {}))
 
 
+QUICK = False  # set by ``--quick``: leave out the columns that would first have to compile
+
+
+def kernel_on_disk(kind):
+    """Whether numba's on-disk cache already holds the compiled-replay kernel of ``kind``
+    (``"gradient"`` / ``"hvp"``), so that loading it costs about a second instead of a compile.
+    A kernel already loaded in this process counts as cached. (The small segment kernels of
+    mixed plans are not checked: they compile in about a second.)"""
+    import hashlib
+    import os
+    from mooncake_py.dual.kernels_cpu import kernel_dir
+    from mooncake_py.tape import compiled
+    d = kernel_dir()
+    try:
+        names = os.listdir(os.path.join(d, "__pycache__")) if d else []
+    except OSError:
+        names = []
+    if compiled._KERNELS.get(kind):
+        return True
+    make, prefix = compiled._KINDS[kind][:2]
+    stem = prefix + hashlib.sha1(make().encode()).hexdigest()[:20]
+    return any(n.startswith(stem + ".") and n.endswith(".nbi") for n in names)
+
+
 def _cache(mp, kind, g, diff, compile):
     """A ``prepare_<kind>_cache`` of ``g`` at ``diff`` (compiled if asked), and its ``info``."""
     prepare = getattr(mp, f"prepare_{kind}_cache")
@@ -190,6 +214,10 @@ def _cache(mp, kind, g, diff, compile):
         return _prepared(lambda: prepare(g, *diff), False)
     if "compile" not in inspect.signature(prepare).parameters:
         raise NotApplicable(f"this version has no compiled {'HVP' if kind == 'hvp' else kind}")
+    if QUICK and not kernel_on_disk(kind):
+        raise NotApplicable("left out by --quick: the compiled-replay kernels are not in the "
+                            "on-disk cache yet (a run without --quick, --quick --compile or "
+                            "mp.warmup(replay_kernels=True) compiles them once)")
     _load_kernel(kind)
     return _prepared(lambda: prepare(g, *diff, compile=True), True)
 

@@ -1,6 +1,6 @@
 """How low can an HVP/gradient ratio go? Hand-written NumPy gradients and HVPs of suite cases.
 
-Issue 13 asks for prepared HVPs at most 3× their prepared gradient. For a function whose cost is
+The speed targets ask for prepared HVPs at most 3× their prepared gradient. For a function whose cost is
 matrix products that bound leaves no room: a gradient of ``C = A @ B`` costs three products
 (``A B``, ``C̄ Bᵀ``, ``Aᵀ C̄``), and its Hessian-vector product, by any method that also returns the
 gradient, adds the six products of the tangent (``Ȧ B``, ``A Ḃ``, ``Ċ̄ Bᵀ``, ``C̄ Ḃᵀ``, ``Ȧᵀ C̄``,

@@ -88,7 +88,7 @@ def per_call(budget):
              lambda: mp.value_and_gradient(loop_rec, scalar_loop_squares, y)),
             ("value_and_gradient, s = s + x[i]*x[i] (n=1000), replayed",
              lambda: mp.value_and_gradient(loop, scalar_loop_squares, y)),
-            # forward-over-reverse of a scalar loop (tape/dual_scalars.py): 4000 recorded ops
+            # forward-over-reverse of a scalar loop (mixed/dual_scalars.py): 4000 recorded ops
             ("mp.hvp, s = s + x[i]*x[i] (n=1000)", lambda: hloop(y, y))]
     return [(name, measure(fn, budget)["median_s"]) for name, fn in rows]
 

@@ -1,4 +1,4 @@
-"""Writing results: Markdown tables, the raw JSON, and a PNG plot (if matplotlib is installed).
+"""Writing results: Markdown tables, the raw JSON, and figures (if matplotlib is installed).
 
 A result is a dict with ``case``, ``quantity``, ``column``, ``framework``, ``status`` (``"ok"``,
 ``"missing"``, ``"n/a"``, ``"unsupported"``, ``"error"``), ``detail`` (why, when not ok) and,
@@ -211,13 +211,22 @@ def header_lines(machine, config):
     return ["# mooncake_py benchmarks", "",
             f"- Machine: {machine.get('cpu')}, {machine.get('cpu_count')} cores, "
             f"{machine.get('platform')}",
-            f"- Python {machine.get('python')}, NumPy {machine.get('numpy')}, BLAS: {blas}; "
-            f"malloc: {machine.get('malloc', 'unknown')} (mooncake_py/allocator.py)",
+            f"- Python {machine.get('python')}, NumPy {machine.get('numpy')}, BLAS: {blas}",
+            "- Allocator: " + _malloc_line(config.get("malloc") or machine.get("malloc")),
             f"- Frameworks: {versions or 'none'}; threads: {config.get('threads')}",
             f"- Timing: one warm-up call, then samples for about {config.get('budget_s')} s per "
             "measurement; medians" + _rounds_note(config.get("rounds", 1))
             + _passes_note(config.get("passes", 1))
             + ". Results are approximate.", ""]
+
+
+def _malloc_line(state):
+    """The header's allocator line: one setting, the same for every framework of the run."""
+    if state is None:
+        return "unknown"
+    return (f"malloc {state} (mooncake_py.tune_allocator(), called once before anything "
+            "was timed; the setting is process-wide, so it applies to every framework in "
+            "these tables alike)")
 
 
 def _rounds_note(rounds):
@@ -277,44 +286,99 @@ def write_json(path, machine, config, results, scaling=None, floor=None):
                    "hessian_scaling": scaling, "hvp_floor": floor}, f, indent=1, default=str)
 
 
-def plot(path, results):
-    """Log-scale ratios per case, one marker per method; returns a message if skipped."""
+FIGURES = {"gradient": "gradient.png", "forward": "forward.png", "hvp": "hvp.png"}
+_COLORS = {"mooncake_py": "C0", "autograd": "C1", "torch": "C2", "jax": "C3"}
+_MARKERS = "osD^v<>pP*Xh"
+
+
+def _pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed: no plot"
-    quantities = [q for q in ("gradient", "forward", "hvp")
-                  if any(r["quantity"] == q and r["status"] == "ok" for r in results)]
-    if not quantities:
-        return "no successful measurement to plot"
-    cases = _cases(results)
-    fig, axes = plt.subplots(len(quantities), 1, figsize=(11, 3.8 * len(quantities)),
-                             squeeze=False)
-    colors = {"mooncake_py": "C0", "autograd": "C1", "torch": "C2", "jax": "C3"}
-    markers = "osD^v<>pP*Xh"
-    for ax, q in zip(axes[:, 0], quantities):
-        seen = {}
-        cols = _columns(results, q)
-        for j, col in enumerate(cols):
-            dx = 0.5 * (j - (len(cols) - 1) / 2) / len(cols)  # side by side, not on top
-            rs = [r for r in results if r["quantity"] == q and r["column"] == col]
-            fw = rs[0]["framework"]
-            k = seen[fw] = seen.get(fw, -1) + 1  # same colour per framework, marker per variant
-            pts = [(cases.index(r["case"]) + dx, r["ratio"]) for r in rs
-                   if r["status"] == "ok" and r.get("ratio")]
-            if pts:
-                xs, ys = zip(*pts)
-                ax.plot(xs, ys, linestyle="none", marker=markers[k % len(markers)],
-                        color=colors.get(fw), label=col, alpha=0.85)
-        ax.set_yscale("log")
-        ax.set_title(f"{TITLES[q]}: time / NumPy primal time")
-        ax.set_xticks(range(len(cases)))
-        ax.set_xticklabels(cases, rotation=40, ha="right", fontsize=8)
-        ax.grid(True, which="major", axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return None
+    return plt
+
+
+def plot_quantity(plt, path, results, quantity):
+    """One figure: every column's ratio to the NumPy primal, per case, on a log axis (the
+    columns of a framework share a colour and differ by marker). False if nothing to plot."""
+    cases, cols = _cases(results), _columns(results, quantity)
+    ok = [r for r in results if r["quantity"] == quantity and r["status"] == "ok"
+          and r.get("ratio")]
+    if not ok:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 4.4))
+    seen = {}
+    for j, col in enumerate(cols):
+        dx = 0.5 * (j - (len(cols) - 1) / 2) / len(cols)  # side by side, not on top
+        pts = [(cases.index(r["case"]) + dx, r["ratio"]) for r in ok if r["column"] == col]
+        if not pts:
+            continue
+        fw = next(r["framework"] for r in ok if r["column"] == col)
+        k = seen[fw] = seen.get(fw, -1) + 1
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, linestyle="none", marker=_MARKERS[k % len(_MARKERS)],
+                color=_COLORS.get(fw), label=col, alpha=0.85, markersize=5)
+    ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle=":")
+    ax.set_yscale("log")
+    ax.set_ylabel("time / NumPy primal time")
+    ax.set_title(f"{TITLES[quantity]} (lower is better)")
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases, rotation=35, ha="right", fontsize=8)
+    ax.grid(True, which="major", axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
-    return None
+    return True
+
+
+def plot_scaling(plt, path, scaling):
+    """The Hessian-scaling figure: time per full Hessian against n, log-log, one panel per
+    function, one line per column. False if nothing to plot."""
+    ok = [r for r in scaling or () if isinstance(r, dict) and r["status"] == "ok"]
+    if not ok:
+        return False
+    functions = list(dict.fromkeys(r["function"] for r in ok))
+    fig, axes = plt.subplots(1, len(functions), figsize=(10, 4), squeeze=False)
+    for ax, fn in zip(axes[0], functions):
+        seen = {}
+        for col in dict.fromkeys(r["column"] for r in ok):
+            rs = sorted((r for r in ok if r["function"] == fn and r["column"] == col),
+                        key=lambda r: r["n"])
+            if not rs:
+                continue
+            fw = rs[0]["framework"]
+            k = seen[fw] = seen.get(fw, -1) + 1
+            ax.plot([r["n"] for r in rs], [r["median_s"] for r in rs], label=col,
+                    marker=_MARKERS[k % len(_MARKERS)], color=_COLORS.get(fw),
+                    linestyle="-" if k == 0 else "--", markersize=4)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("n")
+        ax.set_ylabel("seconds per n×n Hessian")
+        ax.set_title(f"Hessian scaling: {fn}")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
+
+
+def plot(out, results, scaling=None):
+    """Write one figure per quantity into the folder ``out`` (``gradient.png``, ``forward.png``,
+    ``hvp.png``: ratios to the primal per case on a log axis; ``hessian_scaling.png``: time
+    per Hessian against n). Returns a line saying what was written, or why nothing was."""
+    plt = _pyplot()
+    if plt is None:
+        return "matplotlib is not installed (pip install -e '.[bench]'): no figures written"
+    written = [name for q, name in FIGURES.items()
+               if plot_quantity(plt, f"{out}/{name}", results, q)]
+    if plot_scaling(plt, f"{out}/hessian_scaling.png", scaling):
+        written.append("hessian_scaling.png")
+    if not written:
+        return "no successful measurement to plot: no figures written"
+    return f"figures: {', '.join(written)} in {out}"

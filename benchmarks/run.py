@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python -m benchmarks                      # everything installed, ~0.5 s per measurement
-    python -m benchmarks --quick              # CI-sized: tiny budget, small Hessian sizes
+    python -m benchmarks --quick              # CI-sized, about a minute: see --quick
     python -m benchmarks --cases sum_1000,gp_lml --frameworks mooncake_py,jax
 
 For each case it times the NumPy primal, then every method of :mod:`benchmarks.frameworks`
@@ -12,7 +12,12 @@ is not installed is "missing"; an operation a framework does not have, or code i
 written, is "n/a" with the reason; anything else that fails is an "error" with its message (the
 run never stops on one). The derivatives of all methods are compared with each other once;
 a result that disagrees with the others is flagged. Writes ``results.json`` (every raw timing),
-``results.md`` and ``ratios.png`` (if matplotlib is installed) to ``--out``.
+``results.md`` and, if matplotlib is installed, one figure per quantity (``gradient.png``,
+``forward.png``, ``hvp.png``, ``hessian_scaling.png``) to ``--out``. A progress line per cell
+(elapsed seconds, case, quantity, column) goes to the terminal as the run goes.
+
+Before anything is timed the harness calls ``mooncake_py.tune_allocator()`` once: glibc's malloc
+settings are process-wide, so every framework in the run is timed under the same allocator.
 """
 import argparse
 import contextlib
@@ -31,13 +36,22 @@ from .timing import machine_info, measure, more_samples, format_time
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 FULL_HESSIAN_SIZES = (10, 30, 100, 300, 1000, 2000)
 QUICK_HESSIAN_SIZES = (10, 30)
+# --quick leaves out a peer's derivative columns on a case whose primal it runs slower than
+# this (JAX eager on the scalar-loop cases: 0.2 s per call, and jax.jit compiles the unrolled
+# loop for tens of seconds per column)
+QUICK_SLOW_PRIMAL_S = 0.02
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="CI-sized run: tiny time budget and small Hessian sizes")
+                   help="CI-sized run (about a minute from a cold cache): tiny time budget, one "
+                        "round, small Hessian sizes; columns that would first have to compile "
+                        "(mooncake_py's compiled replay when its kernels are not in the on-disk "
+                        "cache, jax.jit of the scalar-loop cases) are left out with a note")
+    p.add_argument("--compile", action="store_true",
+                   help="with --quick: compile what is not cached instead of leaving it out")
     p.add_argument("--cases", default=None,
                    help=f"comma-separated case names (default: all): {', '.join(CASES)}")
     p.add_argument("--frameworks", default=",".join(fw.FRAMEWORKS),
@@ -52,7 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--no-floor", action="store_true",
                    help="skip the HVP/gradient floor (hand-written NumPy gradient and HVP of "
                         "the cases benchmarks/hvp_floor.py knows)")
-    p.add_argument("--no-plot", action="store_true", help="do not write ratios.png")
+    p.add_argument("--no-plot", action="store_true", help="do not write the figures")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads for every framework's kernels (BLAS, torch, XLA); 0 leaves the "
@@ -67,16 +81,18 @@ def parse_args(argv=None):
                         "minutes apart, and keep each cell's lowest median (a pass that ran "
                         "while the machine was busy does not decide a figure; default "
                         "%(default)s)")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=int, default=None,
                    help="time the cells of a case round-robin in this many rounds of "
                         "budget/rounds each (a slow spell of the machine then falls on every "
-                        "cell of the case, not on the one that happened to run; default "
-                        "%(default)s)")
+                        "cell of the case, not on the one that happened to run; default 3, "
+                        "or 1 with --quick)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     a.cases = _choose(a.cases, list(CASES), "case")
     a.frameworks = _choose(a.frameworks, list(fw.FRAMEWORKS), "framework")
     a.quantities = _choose(a.quantities, list(fw.QUANTITIES), "quantity")
+    if a.rounds is None:
+        a.rounds = 1 if a.quick else 3
     if a.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     if a.passes < 1:
@@ -206,11 +222,12 @@ class _Job:
         self.rec, self.built = dict(self.rec, status=status, detail=detail), None
 
 
-def run_methods(jobs, case, args, dirs, budget, missing, rounds=1):
+def run_methods(jobs, case, args, dirs, budget, missing, rounds=1, left_out=None):
     """Time ``jobs`` (``(method, default_threads)`` pairs) on one case, round-robin: each of
     ``rounds`` rounds gives every cell ``budget / rounds`` seconds, so that a slow spell of a
     shared machine falls on every cell instead of on whichever ran then (the first round warms
-    up; the median is over all rounds' samples). ``[(record, vector)]`` in the order of
+    up; the median is over all rounds' samples). ``left_out`` maps a framework to the reason
+    its cells are not run ("n/a" with that note). ``[(record, vector)]`` in the order of
     ``jobs``, as :func:`run_method` gives them."""
     cells = []
     for method, default in jobs:
@@ -220,6 +237,9 @@ def run_methods(jobs, case, args, dirs, budget, missing, rounds=1):
         cells.append(job)
         if method.framework in missing:
             job.rec = dict(rec, status="missing", detail=missing[method.framework])
+            continue
+        if left_out and method.framework in left_out:
+            job.rec = dict(rec, status="n/a", detail=left_out[method.framework])
             continue
         try:
             with job.threads():
@@ -290,8 +310,8 @@ def run_cases(opts, log):
         rng = np.random.default_rng(opts.seed)
         args = case.make_inputs(rng)
         dirs = _directions(args, case.argnums, rng)
-        log(f"{name}")
-        primal = None
+        log(f"{name}: timing")
+        primal, left_out = None, {}
         for m in fw.PRIMALS:
             if m.framework not in opts.frameworks and m.column != "NumPy":
                 continue
@@ -299,6 +319,12 @@ def run_cases(opts, log):
             results.append(r)
             if m.column == "NumPy" and r["status"] == "ok":
                 primal = r["median_s"]
+            if opts.quick and r["status"] == "ok" and r["median_s"] > QUICK_SLOW_PRIMAL_S \
+                    and m.framework != "mooncake_py":
+                left_out[m.framework] = (
+                    f"left out by --quick: {m.column} runs this case's primal in "
+                    f"{format_time(r['median_s'])} (op by op), so its derivatives (and a "
+                    "compile of the whole loop) would take most of the quick run")
             _log_result(log, r)
         # every cell of the case (all quantities, both thread settings) in one round-robin:
         # the ratios the summary takes between cells then see the same spells of the machine
@@ -306,7 +332,8 @@ def run_cases(opts, log):
                 if m.quantity == q and m.framework in opts.frameworks
                 for default in ((False, True) if opts.compare_threading
                                 and m.framework == "mooncake_py" else (False,))]
-        done = run_methods(jobs, case, args, dirs, opts.budget, missing, opts.rounds)
+        done = run_methods(jobs, case, args, dirs, opts.budget, missing, opts.rounds,
+                           left_out)
         for q in opts.quantities:
             pairs = [(r, v) for r, v in done if r["quantity"] == q]
             recs, vals = [r for r, _ in pairs], [v for _, v in pairs]
@@ -353,21 +380,44 @@ def merge_passes(passes):
 
 
 def _log_result(log, r):
+    """One progress line per cell: case, quantity, column, then its time or why it has none
+    (``log`` adds the elapsed seconds)."""
+    head = f"{r['case']:26s} {r['quantity']:8s} {r['column']:26s}"
     if r["status"] == "ok":
         ratio = f"  ratio {r['ratio']:.3g}" if r.get("ratio") is not None else ""
         bad = "" if r.get("agrees", True) else f"  WRONG: {r['detail']}"
-        log(f"  {r['quantity']:8s} {r['column']:26s} {format_time(r['median_s']):>10s}{ratio}{bad}")
+        first = r.get("first_call_s") or 0.0
+        first = f"  (first call {first:.1f} s)" if first > 1.0 else ""
+        log(f"{head} {format_time(r['median_s']):>10s}{ratio}{bad}{first}")
     else:
-        log(f"  {r['quantity']:8s} {r['column']:26s} {r['status']}: {r['detail'][:90]}")
+        log(f"{head} {r['status']}: {r['detail'][:90]}")
+
+
+def tune_allocator():
+    """Call ``mooncake_py.tune_allocator()`` once, before anything is timed, and return the
+    state it reports. glibc's malloc settings are process-wide, so every framework of the run
+    (NumPy primal, mooncake_py, autograd, torch, jax) is timed under the same allocator."""
+    try:
+        import mooncake_py as mp
+        return mp.tune_allocator()
+    except (ImportError, AttributeError):  # an older mooncake_py, which tuned at import
+        from mooncake_py import allocator
+        return allocator.state()
+
+
+def progress_log(started):
+    """A logger for the terminal: every line starts with the seconds since ``started``."""
+    def log(msg):
+        print(f"[{time.time() - started:6.1f} s] {msg}", file=sys.stderr, flush=True)
+    return log
 
 
 def main(argv=None):
     opts = parse_args(argv)
-
-    def log(msg):
-        print(msg, file=sys.stderr, flush=True)
-
     started = time.time()
+    log = progress_log(started)
+    malloc = tune_allocator()
+    fw.QUICK = opts.quick and not opts.compile
     threads = limit_threads(opts.threads, opts.frameworks)
     passes = []
     for k in range(opts.passes):
@@ -392,8 +442,9 @@ def main(argv=None):
     versions = {f: fw.version(f) for f in opts.frameworks if f not in missing}
     machine = machine_info(versions)
     config = {"quick": opts.quick, "cases": opts.cases, "frameworks": opts.frameworks,
-              "quantities": opts.quantities, "budget_s": opts.budget, "passes": opts.passes, "rounds": opts.rounds, "seed": opts.seed,
-              "threads": threads, "kernel_load_s": fw.kernel_load_times(),
+              "quantities": opts.quantities, "budget_s": opts.budget, "passes": opts.passes,
+              "rounds": opts.rounds, "seed": opts.seed, "threads": threads, "malloc": malloc,
+              "kernel_load_s": fw.kernel_load_times(),
               "missing": missing, "started": time.strftime("%Y-%m-%d %H:%M:%S",
                                                            time.localtime(started)),
               "wall_s": round(time.time() - started, 1)}
@@ -403,9 +454,8 @@ def main(argv=None):
     md = report.markdown(machine, config, results, scaling, floor)
     (out / "results.md").write_text(md)
     if not opts.no_plot:
-        msg = report.plot(out / "ratios.png", results)
-        if msg:
-            log(msg)
+        msg = report.plot(out, results, scaling)
+        log(msg)
     print(md)
     log(f"wrote {os.path.join(out, 'results.json')} and results.md in {config['wall_s']} s")
     return 0

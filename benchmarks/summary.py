@@ -1,4 +1,4 @@
-"""The "Summary" block of results.md: how many rows of a run meet issue 13's speed targets.
+"""The "Summary" block of results.md: how many rows of a run meet the project's speed targets.
 
 Every figure comes from the run's own medians; nothing is assumed. A row whose result is
 missing, failed or disagrees with the other frameworks counts as a miss (with the reason); a
@@ -170,7 +170,7 @@ def markdown(results, floor=None):
     rows = [t for t in targets(results, floor) if t[1]]
     if not rows:
         return []
-    lines = ["## Summary: issue 13's targets", "",
+    lines = ["## Summary: speed targets", "",
              "Counted from this run's medians. Figures are ratios of medians: to the NumPy primal, "
              "to the prepared gradient, or to the fastest torch column (PyTorch eager, at the "
              "run's thread setting); mooncake_py's unprepared figure is its fastest unprepared "

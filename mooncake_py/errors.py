@@ -6,11 +6,30 @@ Messages are one paragraph: what happened, with which function and types, and wh
 
 
 class MooncakeError(Exception):
-    """Base class of every mooncake_py error."""
+    """Base class of every mooncake_py error.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.grad(lambda x: x * 2)(np.ones(3))   # grad of a non-scalar output
+        ... except mp.MooncakeError as e:
+        ...     print(type(e).__name__)
+        OutputTypeError
+    """
 
 
 class MissingRuleError(MooncakeError, NotImplementedError):
-    """A function reached by a tracked or dual value has no rule for the mode in use."""
+    """A function reached by a tracked or dual value has no rule for the mode in use.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> double = mp.primitive(lambda x: 2 * x)   # opaque, and no rule registered
+        >>> try:
+        ...     mp.grad(lambda x: np.sum(double(x)))(np.ones(3))
+        ... except mp.MissingRuleError:
+        ...     print("no rule")
+        no rule
+    """
 
 
 class MissingMethodError(MissingRuleError, AttributeError):
@@ -30,35 +49,116 @@ class MissingMethodError(MissingRuleError, AttributeError):
 
 
 class ReverseOverReverseError(MooncakeError):
-    """A reverse sweep was itself recorded on an outer tape (reverse-over-reverse)."""
+    """A reverse sweep was itself recorded on an outer tape (reverse-over-reverse).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> g = mp.grad(lambda x: np.sum(x ** 3))
+        >>> try:
+        ...     mp.grad(lambda x: np.sum(g(x)))(np.ones(2))   # use mp.hvp or mp.hessian instead
+        ... except mp.ReverseOverReverseError:
+        ...     print("refused")
+        refused
+    """
 
 
 class OutputTypeError(MooncakeError, TypeError):
-    """``grad`` of a function whose output is not a real floating-point scalar."""
+    """``grad`` of a function whose output is not a real floating-point scalar.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.grad(np.sin)(np.ones(3))     # reduce to a scalar, or use mp.jacobian / mp.vjp
+        ... except mp.OutputTypeError:
+        ...     print("not a scalar")
+        not a scalar
+    """
 
 
 class NonDifferentiableInputError(MooncakeError, TypeError):
-    """A derivative was asked with respect to an integer, boolean, complex, object or string input."""
+    """A derivative was asked with respect to an integer, boolean, complex, object or string input.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.grad(np.sum)(np.arange(3))   # pass np.arange(3.0)
+        ... except mp.NonDifferentiableInputError:
+        ...     print("integer input")
+        integer input
+    """
 
 
 class PreparedCacheSpecError(MooncakeError, ValueError):
-    """A prepared cache was called with arguments (or a function) unlike those it was prepared with."""
+    """A prepared cache was called with arguments (or a function) unlike those it was prepared with.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> c = mp.prepare_gradient_cache(np.sum, np.ones(3))
+        >>> try:
+        ...     mp.value_and_gradient(c, np.sum, np.ones(4))   # another shape: prepare a new cache
+        ... except mp.PreparedCacheSpecError:
+        ...     print("other shape")
+        other shape
+    """
 
 
 class TrackingLostError(MooncakeError, TypeError):
-    """A tracked value was turned into a plain array or Python number, which would drop its derivative."""
+    """A tracked value was turned into a plain array or Python number, which would drop its derivative.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> import math
+        >>> try:
+        ...     mp.grad(lambda x: math.sin(x[0]))(np.ones(2))   # use np.sin
+        ... except mp.TrackingLostError:
+        ...     print("derivative would be lost")
+        derivative would be lost
+    """
 
 
 class MutationError(MooncakeError):
-    """An in-place write that the tape cannot represent."""
+    """An in-place write that the tape cannot represent.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> def f(x):
+        ...     y = x.copy()
+        ...     a, b = np.split(y, 2)   # views of y that the tape cannot follow
+        ...     a[0, 0] = 1.0           # copy first: a = a.copy()
+        ...     return np.sum(y)
+        >>> try:
+        ...     mp.grad(f)(np.ones((4, 2)))
+        ... except mp.MutationError:
+        ...     print("refused")
+        refused
+    """
 
 
 class RuleError(MooncakeError):
-    """A rule returned the wrong structure, shape or dtype (checked in debug mode)."""
+    """A rule returned the wrong structure, shape or dtype (checked in debug mode).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> bad = mp.defvjp(mp.primitive(lambda x: 2 * x), lambda g, ans, x: np.ones(5))
+        >>> try:
+        ...     mp.grad(lambda x: np.sum(bad(x)))(np.ones(3))   # a (5,) cotangent for x of (3,)
+        ... except mp.RuleError:
+        ...     print("wrong cotangent shape")
+        wrong cotangent shape
+    """
 
 
 class TangentError(MooncakeError, ValueError):
-    """A tangent (forward-mode direction) does not match its primal in shape, dtype or lane count."""
+    """A tangent (forward-mode direction) does not match its primal in shape, dtype or lane count.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.jvp(np.sin, (np.ones(3),), (np.ones(4),))
+        ... except mp.TangentError:
+        ...     print("shape mismatch")
+        shape mismatch
+    """
 
 
 class MixedArrayModulesError(MooncakeError, TypeError):
@@ -68,12 +168,35 @@ class MixedArrayModulesError(MooncakeError, TypeError):
 class ArgumentError(MooncakeError, TypeError):
     """A transformation was called wrongly: ``argnums`` of the wrong type or out of range, a
     missing direction ``v``, ``primals``/``tangents`` that are not tuples, or an object that is
-    not the prepared cache the function takes."""
+    not the prepared cache the function takes.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> try:
+        ...     mp.hvp(np.sum)(np.ones(3))   # the direction is missing: mp.hvp(f)(x, v)
+        ... except mp.ArgumentError:
+        ...     print("no direction")
+        no direction
+    """
 
 
 class EscapedValueError(TrackingLostError):
     """A tracked or dual value outlived the ``grad``/``jvp``/``hvp`` call that made it (saved in
-    a list or a global) and was used afterwards, where its derivative means nothing."""
+    a list or a global) and was used afterwards, where its derivative means nothing.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> saved = []
+        >>> def f(x):
+        ...     saved.append(x)                 # save mp.stop_gradient(x), or use has_aux=True
+        ...     return np.sum(x ** 2)
+        >>> g = mp.grad(f)(np.ones(2))
+        >>> try:
+        ...     np.sin(saved[0])
+        ... except mp.EscapedValueError:
+        ...     print("escaped")
+        escaped
+    """
 
 
 # What CPython or a C extension makes of an exception raised by ``__float__``/``__array__``:

@@ -16,7 +16,7 @@ CASES = ["sum_1000", "broadcast_sin_cos_exp", "_sum_1000"]  # the last: a plan t
 
 def test_cli_quick_run_writes_json_and_markdown(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--cases", ",".join(CASES),
+        [sys.executable, "-m", "benchmarks", "--quick", "--compile", "--cases", ",".join(CASES),
          "--frameworks", "mooncake_py", "--hessian-sizes", "5", "--no-plot",
          "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -35,7 +35,40 @@ def test_cli_quick_run_writes_json_and_markdown(tmp_path):
     for case in CASES:
         assert f"| {case} |" in md
     assert md.strip() == proc.stdout.strip()
+    assert "applies to every framework in these tables alike" in md
+    assert data["config"]["malloc"]
+    # a progress line per cell: elapsed seconds, case, quantity, column
+    assert any(line.startswith("[") and " s] _sum_1000 " in line and "hvp" in line
+               and "mooncake_py (prepared)" in line for line in proc.stderr.splitlines())
     _check_cache_columns(data, md)
+
+
+def test_quick_leaves_out_uncached_compiled_columns(tmp_path, monkeypatch):
+    """--quick does not compile the replay kernels: without them on disk the compiled columns
+    are n/a with a note saying how to get them."""
+    monkeypatch.setattr(frameworks, "kernel_on_disk", lambda kind: False)
+    run.main(["--quick", "--cases", "_sum_1000", "--frameworks", "mooncake_py",
+              "--quantities", "gradient", "--no-hessian", "--no-plot", "--no-floor",
+              "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    by = {r["column"]: r for r in data["results"] if r["quantity"] == "gradient"}
+    assert by["mooncake_py (compiled)"]["status"] == "n/a"
+    assert "left out by --quick" in by["mooncake_py (compiled)"]["detail"]
+    assert by["mooncake_py (prepared)"]["status"] == "ok"
+    assert data["config"]["rounds"] == 1
+
+
+def test_figures_per_quantity(tmp_path):
+    """One figure per quantity and one for Hessian scaling (skipped without matplotlib)."""
+    pytest.importorskip("matplotlib")
+    from benchmarks import report
+    rs = [_rec(c, q, col, 1e-3, ratio=r) for c in ("a", "b")
+          for q in ("gradient", "hvp") for col, r in (("mooncake_py", 2.0), ("x", 30.0))]
+    scaling = [dict(function="dense", n=n, column="mooncake_py", framework="mooncake_py",
+                    status="ok", median_s=1e-5 * n) for n in (10, 30)]
+    msg = report.plot(tmp_path, rs, scaling)
+    assert {p.name for p in tmp_path.iterdir()} == {"gradient.png", "hvp.png",
+                                                    "hessian_scaling.png"}, msg
 
 
 def _check_cache_columns(data, md):
@@ -57,7 +90,7 @@ def _check_cache_columns(data, md):
     assert data["config"]["kernel_load_s"]["load_s"] > 0
     assert "(not compiled" in md
     assert "## Preparation and compile time" in md and "| _sum_1000 |" in md
-    assert "## Summary: issue 13's targets" in md
+    assert "## Summary: speed targets" in md
     assert "prepared (or compiled, where it compiled) gradient ≤ 10× primal |" in md
 
 

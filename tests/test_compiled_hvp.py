@@ -1,5 +1,5 @@
 """Compiled HVP replay (``prepare_hvp_cache(compile=True)``, the forward-over-reverse kernel of
-mooncake_py/tape/compiled.py): its value, gradient and H·v must equal the Python replay's and an
+mooncake_py/replay/compiled.py): its value, gradient and H·v must equal the Python replay's and an
 unprepared ``mp.hvp``'s, and finite differences of the gradient; its guards must send a changed
 function back to recording; plans it cannot run must stay Python replay."""
 import pickle

@@ -1,4 +1,4 @@
-"""Mixed plans (mooncake_py/tape/compiled.py, ``mix_plan``): long runs of scalar steps become
+"""Mixed plans (mooncake_py/replay/compiled.py, ``mix_plan``): long runs of scalar steps become
 compiled segments between Python-replayed array steps. The result must equal a fresh recording;
 guards inside a segment must send a changed function back to recording; short runs stay
 Python."""

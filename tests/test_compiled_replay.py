@@ -1,4 +1,4 @@
-"""Compiled replay (mooncake_py/tape/compiled.py): a plan run by the numba kernel must give what
+"""Compiled replay (mooncake_py/replay/compiled.py): a plan run by the numba kernel must give what
 a fresh recording gives, its guards must send a changed function back to recording, and its
 on-disk cache must survive a new process and a damaged file."""
 import os

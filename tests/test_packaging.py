@@ -105,6 +105,7 @@ def test_metadata_in_pyproject():
     assert {"pytest", "hypothesis", "scipy", "mypy"} <= set(extras["test"])
     assert {"autograd", "jax", "torch", "matplotlib"} <= set(extras["bench"])
     assert extras["gpu"] == ["cupy"]
+    assert {"mkdocs", "mkdocs-material", "mkdocstrings[python]"} <= set(extras["docs"])
     assert "py.typed" in cfg["tool"]["setuptools"]["package-data"]["mooncake_py"]
     assert (ROOT / "mooncake_py" / "py.typed").exists()
     assert "Copyright (c) 2026 the mooncake_py authors" in (ROOT / "LICENSE").read_text()

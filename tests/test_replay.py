@@ -1,4 +1,4 @@
-"""Replay of prepared gradient caches (mooncake_py/tape/replay.py): a replayed call must give
+"""Replay of prepared gradient caches (mooncake_py/replay/plans.py): a replayed call must give
 exactly what a fresh recording gives, and every guard must send a changed function back to
 recording."""
 import pickle

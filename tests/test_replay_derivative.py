@@ -1,4 +1,4 @@
-"""Replay of prepared derivative caches (mooncake_py/tape/forward_replay.py): a replayed call must
+"""Replay of prepared derivative caches (mooncake_py/replay/forward.py): a replayed call must
 give what a fresh ``mp.jvp`` gives (with and without lanes), and every guard must send a
 changed function back to recording."""
 import pickle

@@ -1,4 +1,4 @@
-"""Replay of prepared pullback caches (PullbackReplayer in mooncake_py/tape/replay.py): a replayed
+"""Replay of prepared pullback caches (PullbackReplayer in mooncake_py/replay/plans.py): a replayed
 call must give exactly what a fresh ``mp.vjp`` gives, for any output structure and cotangent
 seed, and every guard must send a changed function back to recording."""
 import pickle

@@ -1,4 +1,4 @@
-"""Source replay (mooncake_py/tape/source_replay.py): scalar runs of a replay plan as generated
+"""Source replay (mooncake_py/replay/source.py): scalar runs of a replay plan as generated
 Python. Every result is compared with the Python replay (replay.Replayer: bitwise where no
 transcendental function is involved) and with a fresh recording."""
 import os

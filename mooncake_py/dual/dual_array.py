@@ -105,6 +105,13 @@ class DualArray(ArrayOps):
     Create one with :func:`dual`. Operations return DualArrays whose tangent is the derivative of
     the result along the input's direction(s); comparisons and other non-differentiable results
     are plain arrays.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> d = mp.dual(np.array([0.0, 1.0]), np.array([1.0, 1.0]))
+        >>> y = d * d + 1.0                  # tangent 2·x·ẋ
+        >>> type(y).__name__, mp.primal(y), mp.tangent(y)
+        ('DualArray', array([1., 2.]), array([0., 2.]))
     """
     __slots__ = ("_kept", "_tag", "_tangent", "_value")
 
@@ -716,13 +723,27 @@ def dual(x, v, *, lanes=False, like=None):
 
 
 def primal(x):
-    """The primal value of a DualArray (any other value is returned as it is)."""
+    """The primal value of a DualArray (any other value is returned as it is).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.primal(np.sin(mp.dual(np.array([0.0]), np.array([1.0])))), mp.primal(3.0)
+        (array([0.]), 3.0)
+    """
     return x._value if type(x) is DualArray else x
 
 
 def tangent(x):
     """The tangent of a DualArray; for a plain float value, zeros like it (no lane axis); for a
-    non-float value, None."""
+    non-float value, None.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> mp.tangent(np.sin(mp.dual(np.array([0.0]), np.array([2.0]))))   # cos(0)·2
+        array([2.])
+        >>> mp.tangent(np.ones(2)), mp.tangent(np.arange(2))
+        (array([0., 0.]), None)
+    """
     if type(x) is DualArray:
         return x._tangent
     return np.zeros_like(x) if _is_float(x) else None

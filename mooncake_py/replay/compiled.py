@@ -94,7 +94,7 @@ def table_unary_ops():
     whose derivatives the generated replays can spell (calls in ``_NB_CALLS`` only), in a
     fixed order (the kernels' opcodes follow it). The expressions are the table's ``d1``/``d2``
     strings, in terms of ``a`` (the input) and ``y`` (the output); :func:`spell` writes them out
-    for a backend (numba here, Python floats in source_replay.py).
+    for a backend (numba here, Python floats in replay/source.py).
 
     Example:
         >>> ops = table_unary_ops()
@@ -294,7 +294,7 @@ def segment_kernel_source():
 class _ProgramToNumba:
     """A dual program's NumPy source (dual/codegen.py) -> scalar statements: ``div`` to ``/``
     (numba's float division gives inf/nan as NumPy's does, under error_model='numpy'; Python's
-    raises, which source_replay.py handles), ``select`` to a conditional expression, each call's
+    raises, which replay/source.py handles), ``select`` to a conditional expression, each call's
     function to ``call(name)`` (``np.<name>`` for numba), named constants to literals, and the
     program's variables renamed by ``names`` (none by default)."""
 

@@ -22,7 +22,7 @@ raising on bad input is not the plan failing).
 A pullback cache's plan (:class:`PullbackReplayer`) is the same, with one slot per leaf of
 ``f``'s output (a plain output leaf is returned as recorded: it can depend on the inputs only
 through the guards) and a sweep seeded with the caller's cotangents. Derivative caches run
-these plans forward through the frules (forward_replay.py). HVP and Hessian caches use the
+these plans forward through the frules (replay/forward.py). HVP and Hessian caches use the
 gradient plan recorded on dual numbers (``Replayer(dual=True)``): the same steps called on this
 call's duals, the sweep run on them (forward-over-reverse); an argument given no direction is
 a plain leaf among the duals, its kind guarded.
@@ -32,7 +32,7 @@ indexing view ``y[i][j] = v`` or a reshape ``y.reshape(-1)[k] = v``) with a basi
 slices, Ellipsis, None) into a buffer that ``f`` allocated itself (``np.empty_like``,
 ``zeros_like``, ``ones_like``, ``full_like`` of a traced value, ``np.copy`` of one, or a
 ``like=`` constructor: ``np.zeros(n, like=x)``, a _LIKE step) is a _WRITE step
-(replay_writes.py): the replay allocates the buffer afresh, writes into it as the recording
+(replay/writes.py): the replay allocates the buffer afresh, writes into it as the recording
 did, and sweeps undoing and redoing the writes as a MutatingTape does, so every pullback sees
 the values it saw and the buffers end with their final contents. A read of a view made stale by
 a write is viewed again, as a step, as the recording does. Which element is written, and
@@ -44,7 +44,7 @@ made; with an index array or mask; ``out=``), functions implemented as compositi
 ops, multi-output ops, rules registered by the user, complex values, values of another
 transformation (nesting), a write into one of its constant arguments, or a constant argument
 that is not a plain value (number, string, NumPy array or scalar): a random generator or a
-callable may carry state. (Derivative caches do not replay writes yet: forward_replay.py
+callable may carry state. (Derivative caches do not replay writes yet: replay/forward.py
 records such functions every call.) Debug mode always records. A guard whose value changes with
 the inputs (``mp.stop_gradient(x)`` used as a constant) makes every replay fail, so such a
 function soon falls back to recording.
@@ -110,7 +110,7 @@ _DITEM, _DBIN, _DUNARY = 7, 8, 9
 _LIKE = 12
 # _WRITE = 10: ``values[h][key] = v`` into a buffer f allocated, and _VIEW_WRITE = 11: the node
 # of an array a write reached through a view of it. Their tuples and how they run are in
-# replay_writes.py: (_WRITE, node, h, key, is_slot, ref, region, vshape, vdtype, buftype) and
+# replay/writes.py: (_WRITE, node, h, key, is_slot, ref, region, vshape, vdtype, buftype) and
 # (_VIEW_WRITE, node, src, pullback); field 1 is the node made (an int, as for every step
 # that makes one).
 _DUAL_NODES = (dual_scalars.binary_node, dual_scalars.unary_node)
@@ -286,7 +286,7 @@ class PlanMutatingTape(PlanTape, MutatingTape):
     """A :class:`PlanTape` that has recorded a write. It checks reads as a MutatingTape does
     (the re-view of a stale view is a plan step like any op) and logs each write into a
     buffer that ``f`` allocated (:data:`_ALLOCATORS`) with a basic index as a _WRITE step, and
-    each array the write reaches through a view as a _VIEW_WRITE step (replay_writes.py).
+    each array the write reaches through a view as a _VIEW_WRITE step (replay/writes.py).
     Any other write (into an argument, a constant or another op's output, with an index array)
     ends the plan."""
 

@@ -83,8 +83,13 @@ def defvjp(fn, *vjps):
     cotangent ``g`` and the output ``ans``; pass ``None`` for an argument with no derivative.
     Only the cotangents that are needed are computed. ``ans = fn(*args, **kwargs)``.
 
-    Example (the rule for ``np.sin`` could read):
-        ``defvjp(np.sin, lambda g, ans, x: g * np.cos(x))``
+    Example (the rule for ``np.sin`` could read ``defvjp(np.sin, lambda g, ans, x: g * np.cos(x))``):
+        >>> import numpy as np, mooncake_py as mp
+        >>> scale = mp.primitive(lambda x, a: a * x)
+        >>> _ = mp.defvjp(scale, lambda g, ans, x, a: g * a, lambda g, ans, x, a: np.sum(g * x))
+        >>> gx, ga = mp.grad(lambda x, a: np.sum(scale(x, a)), argnums=(0, 1))(np.ones(2), 3.0)
+        >>> gx, float(ga)
+        (array([3., 3.]), 2.0)
     """
     def rule(args, kwargs, needs):
         ans = fn(*args, **kwargs)
@@ -178,6 +183,15 @@ def primitive(fn):
     Returns a wrapper; register rules on the wrapper with :func:`rrule` / :func:`frule`. On plain
     arguments the wrapper just calls ``fn``. Tracked values may be positional arguments, elements
     of a list/tuple argument, or keyword arguments.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> @mp.primitive
+        ... def square(x):
+        ...     return x * x
+        >>> _ = mp.defvjp(square, lambda g, ans, x: 2 * g * x)
+        >>> square(3.0), float(mp.grad(square)(3.0))
+        (9.0, 6.0)
     """
     if getattr(fn, "__mooncake_primitive__", False):
         return fn
@@ -208,6 +222,12 @@ def zero_derivative(fn):
     Called on tracked or dual values it runs on their plain values and returns plain results.
     A NumPy function is registered in place and returned; any other function is wrapped with
     :func:`primitive` and the wrapper is returned.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> step = mp.zero_derivative(lambda x: np.floor(x))
+        >>> mp.grad(lambda x: np.sum(x * step(x)))(np.array([1.5, 2.5]))   # step(x) is constant
+        array([1., 2.])
     """
     if not _is_numpy_dispatched(fn):
         fn = primitive(fn)

@@ -279,7 +279,16 @@ def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order=
 
 def value_gradient_and_sparse_hessian(cache, f, x, *args):
     """``(f(x, *args), ∇f, H)`` with H a ``scipy.sparse.csr_array`` on the prepared pattern
-    (``x`` flattened in C order); see :func:`prepare_sparse_hessian_cache`."""
+    (``x`` flattened in C order); see :func:`prepare_sparse_hessian_cache`.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(x[1:] * x[:-1] ** 2)
+        >>> c = mp.prepare_sparse_hessian_cache(f, np.ones(4))
+        >>> y, g, H = mp.value_gradient_and_sparse_hessian(c, f, np.arange(1.0, 5.0))
+        >>> float(y), H.nnz, H.toarray()[1]
+        (50.0, 9, array([2., 6., 4., 0.]))
+    """
     x = _check_input(f, x, "value_gradient_and_sparse_hessian")
     cache.spec.check(f, (x,) + args)
     y, g, HV = _hessian_sweeps(f, x, args, cache.plan, cache.chunk_size)
@@ -360,7 +369,18 @@ def prepare_sparse_jacobian_cache(f, x, *args, mode="auto", pattern=None, strict
 
 def value_and_sparse_jacobian(cache, f, x, *args):
     """``(f(x, *args), J)`` with J a ``(y.size, x.size)`` ``scipy.sparse.csr_array`` on the
-    prepared pattern; see :func:`prepare_sparse_jacobian_cache`."""
+    prepared pattern; see :func:`prepare_sparse_jacobian_cache`.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> h = lambda x: x[1:] * x[:-1]
+        >>> c = mp.prepare_sparse_jacobian_cache(h, np.ones(4))
+        >>> y, J = mp.value_and_sparse_jacobian(c, h, np.arange(1.0, 5.0))
+        >>> J.toarray()
+        array([[2., 1., 0., 0.],
+               [0., 3., 2., 0.],
+               [0., 0., 4., 3.]])
+    """
     x = _check_input(f, x, "value_and_sparse_jacobian")
     cache.spec.check(f, (x,) + args)
     plan = cache.plan

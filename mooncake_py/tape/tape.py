@@ -1014,11 +1014,11 @@ def _add_inplace(buf, g):
 
 _SPARSE = (IndexedCotangent, IndexedCotangentList)
 # cur + g for two scalar contributions of which one is a dual number, or None: set by
-# fastpath.install (tape/dual_scalars.py), so that this module needs no import of the dual layer
+# fastpath.install (mixed/dual_scalars.py), so that this module needs no import of the dual layer
 _scalar_add = None
 # split_item(g, key) -> g[key] (a copy), with g[key] zeroed in place, for a wrapped cotangent
 # ``g`` and an index of one element; None where the general path must run. Set by
-# replay_writes.py (dual numbers), so that this module needs no import of the dual layer.
+# replay/writes.py (dual numbers), so that this module needs no import of the dual layer.
 _split_item = None
 
 

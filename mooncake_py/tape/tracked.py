@@ -33,6 +33,14 @@ class TrackedArray(ArrayOps):
     return new TrackedArrays; comparisons and other non-differentiable results are plain
     arrays, so Python control flow on them works. Writes (``x[i] = v``, ``x += v``) change it in
     place, as they would an ndarray.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> with mp.Tape() as tape:
+        ...     x = tape.track(np.array([1.0, 2.0]))
+        ...     y = np.sum(np.sin(x) * x)
+        ...     print(type(x).__name__, type(y).__name__, bool(x[0] < x[1]))
+        TrackedArray TrackedArray True
     """
     # _view: (parent, fn, args, kwargs) when this handle is the NumPy view fn(parent, *args,
     # **kwargs) (operator.getitem with a basic key, or one of VIEW_FUNCTIONS), so that writes

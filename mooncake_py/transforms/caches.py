@@ -202,16 +202,16 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
     that recording on the new values without running ``f`` again, as long as guards hold: the
     outcomes of comparisons, ``bool``/``int`` of traced values and the non-float arguments must
     be those seen when recording, else ``f`` is recorded afresh (see
-    mooncake_py/tape/replay.py for what is replayed and what a replayed function may not do:
+    mooncake_py/replay/plans.py for what is replayed and what a replayed function may not do:
     depend on globals, random numbers or side effects). ``replay=False`` records every call.
     The default replay runs the plan's runs of scalar steps (``s = s + x[i] * x[i]`` loops) as
-    generated Python source (mooncake_py/tape/source_replay.py) and its other steps (array
+    generated Python source (mooncake_py/replay/source.py) and its other steps (array
     ops, BLAS) as direct rule calls: equal to the recording up to the last bit of
     transcendental functions (``math.sin`` against NumPy's).
 
     ``compile=True`` (experimental) runs a plan made only of float64 scalar steps (``x[i]``,
     ``+ - * /``, unary functions such as ``np.sin``, comparisons branched on) in one numba
-    kernel, compiled once and cached on disk (mooncake_py/tape/compiled.py); in other plans
+    kernel, compiled once and cached on disk (mooncake_py/replay/compiled.py); in other plans
     each run of at least 16 such steps becomes a compiled segment and the rest replays as by
     default (shorter scalar runs as generated source). A plan the kernels take no part of
     replays exactly as by default.

@@ -84,7 +84,7 @@ def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
     tangents through the recorded operations' forward rules without running ``f``, as long as
     the guards of :func:`~mooncake_py.prepare_gradient_cache` hold (branches on the inputs'
     values and the constant arguments as recorded; else ``f`` is recorded again). See
-    mooncake_py/tape/forward_replay.py for what is replayed. ``replay=False`` runs ``f`` on
+    mooncake_py/replay/forward.py for what is replayed. ``replay=False`` runs ``f`` on
     duals every call.
 
     Example:

@@ -330,11 +330,11 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
     function the gradient replay refuses, is recorded every call). A float argument given no
     direction (``v = (v, None)``) is replayed too, as a plain leaf (its plan as direct rule
     calls only). By default the plan's runs of scalar steps run as generated Python source on
-    (value, tangent) pairs (mooncake_py/tape/source_replay.py; one function when the plan is
+    (value, tangent) pairs (mooncake_py/replay/source.py; one function when the plan is
     nothing else), its other steps as direct rule calls on the duals.
     ``replay=False`` records every call. ``compile=True`` (experimental) runs a plan made only
     of float64 scalar steps in a numba forward-over-reverse kernel, as
-    :func:`prepare_gradient_cache` does for gradients (mooncake_py/tape/compiled.py); any
+    :func:`prepare_gradient_cache` does for gradients (mooncake_py/replay/compiled.py); any
     other plan replays exactly as by default (no compiled segments for HVPs).
 
     Example:
