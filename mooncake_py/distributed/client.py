@@ -203,9 +203,9 @@ class DaskBackend:
         return sorted(self.client.nthreads())
 
     def submit(self, fn, *args, worker=None, key=None):
-        return self.client.submit(fn, *args, workers=None if worker is None else [worker],
-                                  allow_other_workers=True, pure=False,
-                                  key=key or new_token(fn.__name__))
+        where = {} if worker is None else {"workers": [worker], "allow_other_workers": True}
+        return self.client.submit(fn, *args, pure=False, key=key or new_token(fn.__name__),
+                                  **where)
 
     def gather(self, futures):
         return self.client.gather(futures)
