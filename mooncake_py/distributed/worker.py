@@ -64,8 +64,11 @@ def describe(shard):
 
 
 def keep(shard):
-    """Task: the same shard, run on the worker it is moved to when the shards are regrouped."""
-    return shard
+    """Task: the shard, on the worker it moves to when the shards are regrouped, copied into
+    memory of this worker's own allocation: arrays deserialised from a transfer sit wherever
+    the message put them, and BLAS results can differ in the last bits with the alignment of
+    their data (the sum over shards would then depend on where shards had been)."""
+    return tuple(np.array(a, copy=True) for a in shard)
 
 
 def load(blob):
