@@ -129,7 +129,7 @@ def time_case_mixed(name, rounds):
     return best
 
 
-_CHILD = ("import json, sys, time; t = time.perf_counter(); from mooncake_py.tape import compiled; "
+_CHILD = ("import json, sys, time; t = time.perf_counter(); from mooncake_py.replay import compiled; "
           "getattr(compiled, sys.argv[1])(); print(json.dumps(time.perf_counter() - t))")
 
 

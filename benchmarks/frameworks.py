@@ -194,7 +194,7 @@ def kernel_on_disk(kind):
     import hashlib
     import os
     from mooncake_py.dual.kernels_cpu import kernel_dir
-    from mooncake_py.tape import compiled
+    from mooncake_py.replay import compiled
     d = kernel_dir()
     try:
         names = os.listdir(os.path.join(d, "__pycache__")) if d else []

@@ -1,0 +1,86 @@
+"""Hessians and Hessian-vector products of one function, blocks of lanes spread over workers:
+:func:`hessian` and :func:`hvp_columns`."""
+import numpy as np
+
+from . import worker
+from .client import backend, new_token
+from .context import Broadcast, FunctionContext
+from .errors import ArgumentError, ThetaShapeError
+
+
+def _lane_blocks(f, x, args, block, factory, client, V):
+    """The products for lanes ``0..k`` (V's rows, or basis directions), one task per block of
+    ``block`` lanes, blocks dealt round robin over the workers."""
+    if (f is None) == (factory is None):
+        raise ArgumentError("pass the function f, or f=None and factory= (a function that "
+                            "returns f, called once on each worker), not both.")
+    if type(block) is not int or block < 1:
+        raise ArgumentError(f"block must be a positive int (lanes per task), not {block!r}.")
+    b = backend(client)
+    b.check_open()
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    k = x.size if V is None else V.shape[0]
+    token = new_token("hessian")
+    ctx = Broadcast(b, FunctionContext(f, factory, x, tuple(args)), "function", token)
+    try:
+        workers = b.workers()
+        futures = []
+        for j, start in enumerate(range(0, k, block)):
+            stop = min(start + block, k)
+            wk = workers[j % len(workers)]
+            futures.append(b.submit(worker.columns, token, ctx.on(wk), start, stop,
+                                    None if V is None else V[start:stop], worker=wk,
+                                    key=f"{token}-{start}"))
+        parts = b.gather(futures)
+    finally:
+        ctx.close()
+        if b.name == "serial" or b.client.status == "running":
+            b.run_everywhere(worker.drop, token)
+    return np.concatenate(parts, axis=0) if parts else np.zeros((0,) + x.shape, x.dtype)
+
+
+def hessian(f, x, *args, block=128, factory=None, client=None):
+    """The Hessian of ``f(x, *args)`` in ``x`` (shape ``x.shape * 2``), its columns computed
+    in blocks of ``block`` lanes (one forward-over-reverse sweep each), one task per block.
+
+    ``f``, ``x`` and ``args`` are pickled once and loaded once per worker. With ``f=None``
+    and ``factory=`` a function returning ``f``, each worker builds ``f`` itself (for
+    functions that hold what does not pickle, or that are cheaper to build than to send;
+    a worker that replaces a lost one builds it again).
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py import distributed as md
+        >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
+        >>> md.hessian(lambda x, A: 0.5 * x @ A @ x, np.zeros(2), A, block=1, client="serial")
+        array([[2., 1.],
+               [1., 3.]])
+    """
+    cols = _lane_blocks(f, x, args, block, factory, client, None)
+    n = cols.shape[0]
+    # lane j is H·e_j, column j of H
+    return np.ascontiguousarray(cols.reshape(n, n).T).reshape(np.shape(x) * 2)
+
+
+def hvp_columns(f, x, V, *args, block=128, factory=None, client=None):
+    """``H @ V`` for the Hessian H of ``f(x, *args)`` in a 1-D ``x`` and the columns of
+    ``V`` (shape ``(n, k)``), in tasks of ``block`` columns; see :func:`hessian`.
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py import distributed as md
+        >>> f = lambda x: np.sum(x ** 3)
+        >>> md.hvp_columns(f, np.array([1.0, 2.0]), np.eye(2), client="serial")
+        array([[ 6.,  0.],
+               [ 0., 12.]])
+    """
+    x = np.asarray(x)
+    V = np.asarray(V)
+    if x.ndim != 1 or V.ndim != 2 or V.shape[0] != x.shape[0]:
+        raise ThetaShapeError(f"hvp_columns takes a 1-D x and V of shape (x.size, k); got x "
+                              f"of shape {x.shape} and V of shape {V.shape}.")
+    lanes = np.ascontiguousarray(V.T, dtype=np.result_type(x.dtype, V.dtype, np.float64)
+                                 if not np.issubdtype(x.dtype, np.floating) else x.dtype)
+    return np.ascontiguousarray(_lane_blocks(f, x, args, block, factory, client, lanes).T)
