@@ -232,7 +232,15 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
     """``(f(*args), grads)``, one gradient per argument (``None`` for non-float arguments).
 
     Raises PreparedCacheSpecError when ``f`` or the arguments' structure, shapes or dtypes
-    differ from those the cache was prepared with. Example: :func:`prepare_gradient_cache`.
+    differ from those the cache was prepared with.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(x ** 3)
+        >>> c = mp.prepare_gradient_cache(f, np.ones(2))
+        >>> y, (g,) = mp.value_and_gradient(c, f, np.array([1.0, 2.0]))
+        >>> float(y), g
+        (9.0, array([ 3., 12.]))
     """
     expect_cache(cache, "gradient", "value_and_gradient")
     cache.spec.check(f, args)
@@ -273,7 +281,15 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
 
     ``ybar`` must match the output's structure and shapes (checked), as must the arguments.
     The earlier order ``value_and_pullback(cache, ybar, f, *args)`` is still accepted (told
-    apart by which of the two is the cache's function). Example: :func:`prepare_pullback_cache`.
+    apart by which of the two is the cache's function).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sin(x) * 2.0
+        >>> c = mp.prepare_pullback_cache(f, np.zeros(2))
+        >>> y, (xbar,) = mp.value_and_pullback(c, f, np.ones(2), np.zeros(2))
+        >>> xbar
+        array([2., 2.])
     """
     expect_cache(cache, "pullback", "value_and_pullback")
     if f is not cache.spec.f and ybar is cache.spec.f:

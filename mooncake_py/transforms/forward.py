@@ -132,8 +132,15 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
 
     Checks on every call that ``f`` is the function the cache was prepared for and that each
     primal has the recorded structure, shape and dtype; raises
-    :class:`~mooncake_py.errors.PreparedCacheSpecError` saying what differs. See
-    :func:`prepare_derivative_cache` for an example.
+    :class:`~mooncake_py.errors.PreparedCacheSpecError` saying what differs.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sin(x) * x
+        >>> c = mp.prepare_derivative_cache(f, np.zeros(2))
+        >>> y, dy = mp.value_and_derivative(c, f, np.ones(2), np.array([0.0, np.pi]))
+        >>> np.round(dy, 12)
+        array([ 0.        , -3.14159265])
     """
     expect_cache(cache, "derivative", "value_and_derivative")
     n = len(cache.spec.trees)

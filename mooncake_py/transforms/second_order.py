@@ -355,8 +355,15 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
 
     With one argument ``v`` is shaped like it; with several, ``v`` is a tuple with one direction
     per argument (``None`` for non-float ones) and the gradient and ``Hv`` are tuples likewise.
-    The arguments are checked against the preparation (PreparedCacheSpecError). Example:
-    :func:`prepare_hvp_cache`.
+    The arguments are checked against the preparation (PreparedCacheSpecError).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(x ** 3)
+        >>> c = mp.prepare_hvp_cache(f, np.ones(2))
+        >>> y, g, Hv = mp.value_and_hvp(c, f, np.array([1.0, 0.0]), np.array([1.0, 2.0]))
+        >>> g, Hv
+        (array([ 3., 12.]), array([6., 0.]))
     """
     expect_cache(cache, "hvp", "value_and_hvp")
     cache.spec.check(f, args)
@@ -444,7 +451,16 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
                                *args: Any) -> tuple[Any, Any, Any]:
     """``(f(*args), ∇f, ∇²f)``; with several float arguments the gradient is a tuple and the
     Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``.
-    Example: :func:`prepare_hessian_cache`."""
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: x[0] ** 2 * x[1]
+        >>> c = mp.prepare_hessian_cache(f, np.ones(2))
+        >>> y, g, H = mp.value_gradient_and_hessian(c, f, np.array([1.0, 2.0]))
+        >>> H
+        array([[4., 2.],
+               [2., 0.]])
+    """
     expect_cache(cache, "hessian", "value_gradient_and_hessian")
     cache.spec.check(f, args)
     nums = cache.spec.float_args
