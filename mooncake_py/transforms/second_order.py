@@ -20,7 +20,12 @@ from ..dual.dual_array import DualArray, Tag
 from ..dual.seeding import result, seed
 from ..errors import ArgumentError, NonDifferentiableInputError, TangentError
 from ..mixed.tracking import as_gradient, check_scalar
-from ..replay.compiling import CompilingReplayer, direction_cost, estimated_direction_cost
+from ..replay.compiling import (
+    CompilingReplayer,
+    compile_report,
+    direction_cost,
+    estimated_direction_cost,
+)
 from ..replay.plans import Replayer
 from ..replay.source import SourceReplayer
 from ..tape import Tape, TrackedArray
@@ -319,6 +324,18 @@ class HessianCache(ReplayingCache):
 
     def _new_replay(self):
         return _HessianReplay(self._compile)
+
+    def compile_report(self):
+        """The report of :meth:`ReplayingCache.compile_report` for the one-direction plan that
+        serves this cache (its k-lane plans are never compiled: the status says when they
+        serve)."""
+        rs = getattr(self, "_replay", None)
+        r = compile_report(rs.columns if rs is not None else None, "hessian")
+        if rs is not None and rs.mode == "lanes":
+            r.status = "k-lane plans replayed as rule calls: one direction at a time would " \
+                "not pay" + (" (foreseen from the k-lane plan)" if rs.columns.plan is None
+                             else f"; the one-direction plan: {r.status}")
+        return r
 
 
 class _HessianReplay(dict):
