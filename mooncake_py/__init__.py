@@ -12,6 +12,7 @@ from .core.pytree import ravel_pytree, register_pytree_node
 from .dual import DualArray, dual, primal, tangent
 from .errors import (
     ArgumentError,
+    CompileFallbackWarning,
     EscapedValueError,
     MissingMethodError,
     MissingRuleError,
@@ -90,7 +91,7 @@ __all__ = [
     "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
     "MutationError", "RuleError", "TangentError", "MixedArrayModulesError",
-    "ArgumentError", "EscapedValueError", "MissingMethodError",
+    "ArgumentError", "EscapedValueError", "MissingMethodError", "CompileFallbackWarning",
     # namespaces of wrapped SciPy functions
     "special", "linalg",
 ]

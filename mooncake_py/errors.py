@@ -259,3 +259,20 @@ def escaped_message(kind, fn):
             "later grad it would be mistaken for an outer variable). Return what you need "
             "instead of saving it: use has_aux=True to get extra outputs as plain arrays, or "
             "save mp.stop_gradient(x) (its plain value) rather than x.")
+
+
+class CompileFallbackWarning(MooncakeError, UserWarning):
+    """A ``compile=True`` cache runs part of its plan outside the compiled kernels (as
+    generated source or as rule calls): warned once per cache, naming the first step that
+    fell back and why. ``cache.compile_report()`` lists every step.
+
+    Example:
+        >>> import warnings, numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(x ** 2)          # an array op: no scalar kernel step
+        >>> c = mp.prepare_gradient_cache(f, np.ones(3), compile=True)
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     _ = mp.value_and_gradient(c, f, np.ones(3))
+        >>> [type(x.message).__name__ for x in w]
+        ['CompileFallbackWarning']
+    """

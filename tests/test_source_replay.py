@@ -493,6 +493,7 @@ def test_hessian_lanes_stay_python_replay(monkeypatch):
     monkeypatch.setattr(so, "Replayer", sr.SourceReplayer)
     x = np.linspace(0.2, 1.4, 6)
     c = mp.prepare_hessian_cache(_loop, x)
+    c._replay.mode = "lanes"  # (by default this loop's Hessian is served one direction a time)
     for k in (1.0, 1.5, 2.0):
         y, g, H = mp.value_gradient_and_hessian(c, _loop, x * k)
         _close(H, mp.hessian(_loop)(x * k))

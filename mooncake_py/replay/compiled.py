@@ -1054,6 +1054,115 @@ def _step_spec(step, info, codes):
     return (_TRUTH, ("s", node), None, 0.0, int(seen))
 
 
+def op_name(fn):
+    """How a report names the function of a plan step: ``np.sin``, ``x[...]``, ``operator.add``.
+
+    Example:
+        >>> op_name(np.sin), op_name(operator.getitem), op_name(len)
+        ('np.sin', 'x[...]', 'len')
+    """
+    if fn is operator.getitem:
+        return "x[...]"
+    if isinstance(fn, np.ufunc):
+        return "np." + fn.__name__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    mod = getattr(fn, "__module__", None) or ""
+    if mod == "_operator":
+        mod = "operator"
+    if mod.startswith("numpy"):
+        mod = "np"
+    return f"{mod}.{name}" if mod and mod not in ("builtins",) else name
+
+
+def _describe_value(info, p):
+    if type(p) is not int or info[p] is None:
+        return "an array the kernels do not hold (a buffer written, or several outputs)"
+    shape, dt = info[p]
+    return f"a {np.dtype(dt).name} value of shape {shape}" if shape else \
+        f"a {np.dtype(dt).name} scalar"
+
+
+def why_not(step, info, codes):
+    """``(what the step is, why the kernels do not run it)`` for a plan step that
+    :func:`_step_spec` refuses; ``(what, None)`` for one it takes. ``info`` and ``codes`` as for
+    :func:`_step_spec`. The reasons are the checks of :func:`_step_spec`, in words.
+
+    Example:
+        >>> step = (_BIN, np.power, 3, ((_SLOT, 2), (_CONST, 2)), operator.pow, None, 1)
+        >>> why_not(step, [None, None, ((), _F64_DT), None], _opcodes())
+        ('np.power', 'np.power is not one of the kernel ops (+ - * /, the unary functions of the table, comparisons)')
+    """
+    kind = step[0]
+    what = {_WRITE: "write y[...] = v", _VIEW_WRITE: "write through a view",
+            _LIKE: "like= constructor", _OBSERVE: "bool()/int() of a traced value"}.get(kind)
+    if what is None:
+        what = op_name(step[1]) if kind != _SUM else "np.sum"
+    if _step_spec(step, info, codes) is not None:
+        return what, None
+    vocab = ("is not one of the kernel ops (+ - * /, the unary functions of the table, "
+             "comparisons)")
+    if kind == _WRITE:
+        return what, "a write into an array: the kernels hold scalars only"
+    if kind == _VIEW_WRITE:
+        return what, "a write through a view: the kernels hold scalars only"
+    if kind == _LIKE:
+        return what, "allocates an array: the kernels hold scalars only"
+    if kind == _SUM:
+        return what, "a reduction of an array: not a scalar step"
+    if kind == _OBSERVE:
+        _, node, conv, _ = step
+        if conv is not bool:
+            return what, f"{getattr(conv, '__name__', conv)}() of a traced value (only bool)"
+        return what, f"bool() of {_describe_value(info, node)}, not of a float64 scalar"
+    if kind == _ITEM:
+        return what, (f"an element read of {_describe_value(info, step[3])}: only int keys "
+                      "into float64 arguments and arrays are kernel reads")
+    if kind == _UNARY:
+        fn = step[1]
+        return what, f"{what} {vocab}" if fn not in codes else \
+            f"{what} of {_describe_value(info, step[3])}, not of a float64 scalar"
+    if kind == _GUARD:
+        if step[1] not in _CMP:
+            return what, f"a guard on {what}: only comparisons of scalars are kernel guards"
+        return what, "a comparison of operands that are not float64 scalars or numbers"
+    if kind == _BIN:
+        if step[4] not in _ARITH:
+            return what, f"{what} {vocab}"
+        return what, _operand_reason(step[3], info)
+    if kind == _OP:
+        _, fn, rule, tmpl, kw, _, node, shape, dt = step
+        if fn not in fastpath._BUILTIN:
+            return what, f"{what} {vocab}" if shape == () else \
+                f"{what} makes an array of shape {shape}: not a scalar step"
+        if rule is not fastpath._BUILTIN[fn]:
+            return what, f"{what} runs a rule registered by the user, not the built-in one"
+        if kw:
+            return what, f"{what} with keyword arguments {sorted(kw)}"
+        if shape != ():
+            return what, f"{what} makes an array of shape {shape}: not a scalar step"
+        if dt != _F64_DT:
+            return what, f"{what} makes a {np.dtype(dt).name} value: the kernels run float64"
+        if fn is operator.getitem:
+            return what, ("an element read that is not x[int] of a float64 array ("
+                      f"{_describe_value(info, tmpl[0][1]) if tmpl[0][0] == _SLOT else ''})")
+        if fn in _BINARY_UFUNCS or fn in codes:
+            return what, _operand_reason(tmpl, info)
+        return what, f"{what} {vocab}"
+    return what, "a kind of step the kernels do not know"
+
+
+def _operand_reason(tmpl, info):
+    for kind, ref in tmpl:
+        if kind == _SLOT and not (type(ref) is int and info[ref] == ((), _F64_DT)):
+            return f"an operand is {_describe_value(info, ref)}, not a float64 scalar"
+        if kind == _CONST and _number(ref) is None:
+            return f"a constant operand {ref!r} of type {type(ref).__name__} (only floats " \
+                "and ints up to 2**53)"
+        if kind not in (_SLOT, _CONST):
+            return "an operand is a sequence"
+    return "two constant operands"
+
+
 class _SegmentState(np.ndarray):
     """A segment's values in one call (the value of its first node in the replayed plan),
     with the cotangents its outputs received in that call's sweep."""

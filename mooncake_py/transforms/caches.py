@@ -26,7 +26,7 @@ import numpy as np
 from ..core.arguments import fname, is_float_leaf
 from ..core.pytree import flatten, leaf_paths
 from ..errors import PreparedCacheSpecError
-from ..replay.compiling import CompilingReplayer
+from ..replay.compiling import CompilingReplayer, compile_report
 from ..replay.source import SourcePullbackReplayer, SourceReplayer
 from .reverse import value_and_grad, vjp
 
@@ -141,6 +141,13 @@ class ReplayingCache:
 
     def _start_replay(self, replay):
         self._replay = self._new_replay() if replay else None
+
+    def compile_report(self):
+        """What runs this cache's current plan, step by step, for a ``compile=True`` cache: a
+        :class:`~mooncake_py.replay.compiling.CompileReport` (``print`` it for a table; its
+        ``fallbacks`` name each run of steps that is not compiled and why). See
+        docs/caches.md, "What did not compile"."""
+        return compile_report(getattr(self, "_replay", None), self.spec.kind)
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items() if k not in self._transient}

@@ -20,7 +20,12 @@ from ..dual.dual_array import DualArray, Tag
 from ..dual.seeding import result, seed
 from ..errors import ArgumentError, NonDifferentiableInputError, TangentError
 from ..mixed.tracking import as_gradient, check_scalar
-from ..replay.compiling import CompilingReplayer
+from ..replay.compiling import (
+    CompilingReplayer,
+    compile_report,
+    direction_cost,
+    estimated_direction_cost,
+)
 from ..replay.plans import Replayer
 from ..replay.source import SourceReplayer
 from ..tape import Tape, TrackedArray
@@ -311,13 +316,67 @@ class HessianCache(ReplayingCache):
     """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`.
     Pickles without its plans."""
 
-    def __init__(self, f, args, chunk_size, replay=True):
+    def __init__(self, f, args, chunk_size, replay=True, compile=False):
         self.spec = CacheSpec("hessian", f, args)
         self.chunk_size = chunk_size
+        self._compile = compile
         self._start_replay(replay)
 
     def _new_replay(self):
-        return {}  # lane count -> Replayer, made on first use
+        return _HessianReplay(self._compile)
+
+    def compile_report(self):
+        """The report of :meth:`ReplayingCache.compile_report` for the one-direction plan that
+        serves this cache (its k-lane plans are never compiled: the status says when they
+        serve)."""
+        rs = getattr(self, "_replay", None)
+        r = compile_report(rs.columns if rs is not None else None, "hessian")
+        if rs is not None and rs.mode == "lanes":
+            r.status = "k-lane plans replayed as rule calls: one direction at a time would " \
+                "not pay" + (" (foreseen from the k-lane plan)" if rs.columns.plan is None
+                             else f"; the one-direction plan: {r.status}")
+        return r
+
+
+class _HessianReplay(dict):
+    """A Hessian cache's replay state: lane count -> Replayer (Python replay of a k-lane plan,
+    one plan per lane count), and ``columns``, the replayer of an HVP cache (one direction a
+    call: compiled kernel or generated source), which serves the Hessian one basis direction at
+    a time when that costs less than the lanes. The first call runs the lanes and foresees
+    from their plan what one direction would cost (``mode`` "columns" or "lanes"); the first
+    call served by ``columns`` checks that on the plan it made, and a plan that does not pay
+    (or a replayer that gives up) moves the cache back to the lanes for good."""
+
+    def __init__(self, compile):
+        super().__init__()
+        self.compile = compile
+        self.columns = CompilingReplayer(dual=True, kind="hessian") if compile else \
+            SourceReplayer(dual=True, kind="hessian")
+        self.mode = None
+
+    def values(self):  # (every replayer that served: tests count their replays)
+        out = list(dict.values(self))
+        return out + [self.columns] if self.columns.plan is not None else out
+
+    def foresee(self, n, k, leaves):
+        """After the first (lanes) call: whether one-direction replays would pay."""
+        rp = dict.get(self, min(k, n))
+        if rp is None or rp.plan is None:
+            self.mode = "lanes"
+            return
+        cost = estimated_direction_cost(rp.plan, [x for _, _, x in leaves], self.compile)
+        self.mode = "columns" if n * cost <= -(-n // k) * len(rp.plan.steps) else "lanes"
+
+    def columns_pay(self, n, k):
+        """Whether ``n`` one-direction replays of the column plan cost less than
+        ``ceil(n / k)`` replays of a k-lane plan in Python (None: not known yet)."""
+        rp = self.columns
+        if rp.disabled or rp.plan is None:
+            return False
+        cost = direction_cost(rp.plan)
+        if cost is None or cost == 0.0:
+            return None if cost is None else True  # (not made yet; a compiled kernel)
+        return n * cost <= -(-n // k) * len(rp.plan.steps)
 
 
 def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
@@ -430,10 +489,16 @@ def _full(n, nums, items):
 
 
 def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | None = None,
-                          replay: bool = True) -> HessianCache:
+                          replay: bool = True, compile: bool = False) -> HessianCache:
     """Prepare Hessians of ``f`` at arguments shaped like ``args``; see :func:`hessian`.
 
-    ``replay`` as for :func:`prepare_hvp_cache` (one plan per number of directions a sweep).
+    With ``replay=True`` (the default) the cache replays as an HVP cache does
+    (:func:`prepare_hvp_cache`): the Hessian comes one basis direction at a time from the plan
+    of a one-direction HVP (generated source by default; with ``compile=True`` the
+    forward-over-reverse numba kernel when the plan is all float64 scalar steps) as long as
+    that costs less than ``chunk_size`` directions a sweep on a Python-replayed k-lane plan
+    (one plan per lane count), which it uses otherwise. The first call measures which.
+    ``replay=False`` records every call.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -443,8 +508,18 @@ def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | N
         >>> H
         array([[-0., -0.],
                [-0., -0.]])
+        >>> def loop(x):                   # a scalar loop: compiled per direction
+        ...     s = 0.0
+        ...     for i in range(1, x.size):
+        ...         s = s + x[i] * x[i - 1]
+        ...     return s
+        >>> c = mp.prepare_hessian_cache(loop, np.ones(3), compile=True)
+        >>> mp.value_gradient_and_hessian(c, loop, np.ones(3))[2]
+        array([[0., 1., 0.],
+               [1., 0., 1.],
+               [0., 1., 0.]])
     """
-    return HessianCache(f, args, chunk_size, replay)
+    return HessianCache(f, args, chunk_size, replay, compile)
 
 
 def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
@@ -464,10 +539,75 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
     expect_cache(cache, "hessian", "value_gradient_and_hessian")
     cache.spec.check(f, args)
     nums = cache.spec.float_args
-    value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size,
-                                                  getattr(cache, "_replay", None))
+    rs = getattr(cache, "_replay", None)
+    out = None
+    if rs is not None and rs.mode == "columns":
+        out = _hessian_columns(f, nums, args, rs, cache.chunk_size)
+    if out is None:
+        out = _hessian_rows(f, nums, args, {}, cache.chunk_size, rs)
+        if rs is not None and rs.mode is None:
+            rs.foresee(out[4][-1], _chunk(int(out[4][-1]), 8, cache.chunk_size), out[3])
+    value, gs, H, leaves, offsets = out
     single = len(args) == 1
     blocks = _hessian_blocks(args, nums, H, leaves, offsets, single)
     if single:
         return value, gs[0], blocks
     return value, _full(len(args), nums, gs), blocks
+
+
+def _hessian_columns(f, nums, args, rs, chunk_size):
+    """What :func:`_hessian_rows` returns, the Hessian made one basis direction at a time by
+    the HVP replayer ``rs.columns``; None (and ``rs.mode`` set to "lanes", for good) when the
+    lanes should serve this call. Row j is H·eⱼ (H is symmetric), as a lane gives it."""
+    leaves = _float_leaves(args, nums)
+    if not leaves or not all(type(x) is np.ndarray and x.dtype == _F64_DT for _, _, x in leaves):
+        rs.mode = "lanes"  # (the HVP replay plans float64 NumPy leaves only)
+        return None
+    sizes = [x.size for _, _, x in leaves]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    n = int(offsets[-1])
+    k = _chunk(n, 8, chunk_size)
+    if rs.columns_pay(n, k) is False and rs.columns.plan is not None:
+        rs.mode = "lanes"  # (the plan changed, or the replayer gave up)
+        return None
+    one = len(args) == 1 and len(leaves) == 1 and nums == (0,) and type(args[0]) is np.ndarray
+    H = np.empty((n, n))
+    value = grads = None
+    for j in range(n):
+        if j == 2 and rs.columns_pay(n, k) is False:
+            rs.mode = "lanes"  # (the plan the first two directions made does not pay)
+            return None
+        if one:
+            e = np.zeros(args[0].shape)
+            e.flat[j] = 1.0
+            y, g, hv = _replayed_hvp_one(rs.columns, f, args[0], e)
+            H[j] = 0.0 if hv is None else hv.ravel()
+            gs = (g,)
+        else:
+            y, gs, hvs = _value_gradient_hvp(f, nums, args, _direction(args, nums, leaves,
+                                                                       offsets, j),
+                                             False, {}, replayer=rs.columns)
+            H[j] = np.concatenate([np.ravel(t) for hv in hvs for t in flatten(hv)[0]
+                                   if t is not None])
+        if j == 0:
+            value, grads = y, gs
+    if rs.columns_pay(n, k) is False:
+        rs.mode = "lanes"
+    return value, grads, H, leaves, offsets
+
+
+def _direction(args, nums, leaves, offsets, j):
+    """The basis direction eⱼ over the float leaves of ``nums``, one direction per argument in
+    ``nums`` (containers mirrored, None for their non-float leaves)."""
+    vs = []
+    for i in nums:
+        arg_leaves, tree = flatten(args[i])
+        tl = [None] * len(arg_leaves)
+        for (ai, jl, leaf), a in zip(leaves, offsets[:-1]):
+            if ai == i:
+                e = np.zeros(leaf.shape)
+                if a <= j < a + leaf.size:
+                    e.flat[j - a] = 1.0
+                tl[jl] = e
+        vs.append(tree.unflatten(tl))
+    return tuple(vs)
