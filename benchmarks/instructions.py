@@ -66,7 +66,7 @@ REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp
 
 def _total(case, n, tmp):
     out = os.path.join(tmp, f"cg.{case}.{n}")
-    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                     sys.executable, "-c", _CHILD, case, str(n)],
