@@ -23,6 +23,7 @@ from .errors import (
     PreparedCacheSpecError,
     ReverseOverReverseError,
     RuleError,
+    StaleReplayError,
     TangentError,
     TrackingLostError,
 )
@@ -90,7 +91,7 @@ __all__ = [
     "MooncakeError", "MissingRuleError", "ReverseOverReverseError", "OutputTypeError",
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
     "MutationError", "RuleError", "TangentError", "MixedArrayModulesError",
-    "ArgumentError", "EscapedValueError", "MissingMethodError",
+    "ArgumentError", "EscapedValueError", "MissingMethodError", "StaleReplayError",
     # namespaces of wrapped SciPy functions
     "special", "linalg",
 ]
