@@ -24,7 +24,7 @@ from ..replay.compiling import CompilingReplayer
 from ..replay.plans import Replayer
 from ..replay.source import SourceReplayer
 from ..tape import Tape, TrackedArray
-from .caches import CacheSpec, ReplayingCache, expect_cache
+from .caches import CacheSpec, ReplayingCache, debug_checked, expect_cache
 from .reverse import value_and_grad
 
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
@@ -296,8 +296,8 @@ class HVPCache(ReplayingCache):
     """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`. Pickles without
     its plan (the next call records again)."""
 
-    def __init__(self, f, args, replay=True, compile=False):
-        self.spec = CacheSpec("hvp", f, args)
+    def __init__(self, f, args, replay=True, compile=False, argnums=None):
+        self.spec = CacheSpec("hvp", f, args, argnums)
         self._compile = compile
         self._start_replay(replay)
 
@@ -311,8 +311,8 @@ class HessianCache(ReplayingCache):
     """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`.
     Pickles without its plans."""
 
-    def __init__(self, f, args, chunk_size, replay=True):
-        self.spec = CacheSpec("hessian", f, args)
+    def __init__(self, f, args, chunk_size, replay=True, argnums=None):
+        self.spec = CacheSpec("hessian", f, args, argnums)
         self.chunk_size = chunk_size
         self._start_replay(replay)
 
@@ -321,7 +321,8 @@ class HessianCache(ReplayingCache):
 
 
 def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
-                      compile: bool = False) -> HVPCache:
+                      compile: bool = False,
+                      argnums: int | Sequence[int] | None = None) -> HVPCache:
     """Prepare Hessian-vector products of ``f`` at arguments shaped like ``args``.
 
     With ``replay=True`` (the default) the first call records ``f`` on dual numbers and later
@@ -337,6 +338,10 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
     :func:`prepare_gradient_cache` does for gradients (mooncake_py/replay/compiled.py); any
     other plan replays exactly as by default (no compiled segments for HVPs).
 
+    ``argnums`` as for :func:`~mooncake_py.prepare_gradient_cache`: ``v``, the gradient and
+    ``Hv`` are then one direction for an int, a tuple in its order for a tuple; the other
+    arguments are data (read afresh every call, no derivative computed for them).
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> logp = lambda x: -0.5 * np.sum(x ** 2)
@@ -346,7 +351,7 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
         >>> Hv
         array([-1., -1., -1.], dtype=float32)
     """
-    return HVPCache(f, args, replay, compile)
+    return HVPCache(f, args, replay, compile, argnums)
 
 
 def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
@@ -359,14 +364,30 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
     :func:`prepare_hvp_cache`.
     """
     expect_cache(cache, "hvp", "value_and_hvp")
-    cache.spec.check(f, args)
-    nums = cache.spec.float_args
-    rp = getattr(cache, "_replay", None)
+    spec = cache.spec
+    spec.check(f, args)
+    nums = spec.float_args
+    rp = cache.replay_state()
+    if rp is not None and current_config().debug_mode:
+        return debug_checked(cache, f, lambda r: _hvp_call(spec, f, v, args, r),
+                             lambda: _hvp_call(spec, f, v, args, None), ("value", "gradient", "Hv"))
     if rp is not None and len(args) == 1 and nums == (0,):
         # one float64 array: the replayer's own short form of the steps below (None otherwise)
         out = _replayed_hvp_one(rp, f, args[0], v)
         if out is not None:
             return out
+    return _hvp_call(spec, f, v, args, rp)
+
+
+def _hvp_call(spec, f, v, args, rp):
+    """value_and_hvp's general path, with the replayer ``rp`` (None: recorded)."""
+    nums = spec.float_args
+    if getattr(spec, "argnums", None) is not None:
+        vs = _split_v(f, spec.argnums, v)
+        by_pos = dict(zip(spec.order, vs))
+        value, gs, hvs = _value_gradient_hvp(f, nums, args, tuple(by_pos[i] for i in nums),
+                                             False, {}, replayer=rp)
+        return value, spec.arrange(gs, len(args)), spec.arrange(hvs, len(args))
     if len(args) == 1:
         vs = (v,)
     else:
@@ -374,8 +395,7 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
             raise TangentError(f"value_and_hvp of {fname(f)}: with {len(args)} arguments, v must "
                                "be a tuple with one direction per argument (None for constants).")
         vs = tuple(v[i] for i in nums)
-    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {},
-                                         replayer=getattr(cache, "_replay", None))
+    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {}, replayer=rp)
     if len(args) == 1:
         return value, gs[0] if gs else None, hvs[0] if hvs else None
     return value, _full(len(args), nums, gs), _full(len(args), nums, hvs)
@@ -423,10 +443,15 @@ def _full(n, nums, items):
 
 
 def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | None = None,
-                          replay: bool = True) -> HessianCache:
+                          replay: bool = True,
+                          argnums: int | Sequence[int] | None = None) -> HessianCache:
     """Prepare Hessians of ``f`` at arguments shaped like ``args``; see :func:`hessian`.
 
     ``replay`` as for :func:`prepare_hvp_cache` (one plan per number of directions a sweep).
+    ``argnums`` as for :func:`hessian`: the Hessian of those arguments only (an int: one
+    matrix; a tuple: blocks in its order), the others data, read afresh every call (see
+    :func:`~mooncake_py.prepare_gradient_cache`). By default every float argument is
+    differentiated: pass ``argnums`` for data, or its blocks are computed too.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -436,8 +461,15 @@ def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | N
         >>> H
         array([[-0., -0.],
                [-0., -0.]])
+        >>> nll = lambda w, X, y: np.sum(np.logaddexp(0.0, -y * (X @ w)))
+        >>> X, y = np.eye(3, 2), np.ones(3)
+        >>> c = mp.prepare_hessian_cache(nll, np.zeros(2), X, y, argnums=0)
+        >>> value, g, H = mp.value_gradient_and_hessian(c, nll, np.zeros(2), X, y)
+        >>> H                                          # (2, 2): no blocks for X and y
+        array([[0.25, 0.  ],
+               [0.  , 0.25]])
     """
-    return HessianCache(f, args, chunk_size, replay)
+    return HessianCache(f, args, chunk_size, replay, argnums)
 
 
 def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
@@ -446,10 +478,25 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
     Hessian a tuple of tuples of blocks, as :func:`hessian` gives for a tuple ``argnums``.
     Example: :func:`prepare_hessian_cache`."""
     expect_cache(cache, "hessian", "value_gradient_and_hessian")
-    cache.spec.check(f, args)
-    nums = cache.spec.float_args
-    value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size,
-                                                  getattr(cache, "_replay", None))
+    spec = cache.spec
+    spec.check(f, args)
+    rp = cache.replay_state()
+    if rp is not None and current_config().debug_mode:
+        return debug_checked(cache, f, lambda r: _hessian_call(cache, f, args, r),
+                             lambda: _hessian_call(cache, f, args, None),
+                             ("value", "gradient", "Hessian"))
+    return _hessian_call(cache, f, args, rp)
+
+
+def _hessian_call(cache, f, args, rp):
+    spec = cache.spec
+    nums = spec.float_args
+    value, gs, H, leaves, offsets = _hessian_rows(f, nums, args, {}, cache.chunk_size, rp)
+    argnums = getattr(spec, "argnums", None)
+    if argnums is not None:
+        single = not isinstance(argnums, (tuple, list))
+        blocks = _hessian_blocks(args, spec.order, H, leaves, offsets, single)
+        return value, spec.arrange(gs, len(args)), blocks
     single = len(args) == 1
     blocks = _hessian_blocks(args, nums, H, leaves, offsets, single)
     if single:
