@@ -27,6 +27,7 @@ from ..replay.plans import Replayer
 from ..transforms.caches import CacheSpec
 from ..transforms.reverse import value_and_grad, vjp
 from ..transforms.second_order import _chunk, _value_gradient_hvp
+from ..transforms.transformed import Transformed
 from . import rows as R
 from .coloring import _adjacency, _pair_counts, column_coloring, row_coloring, star_coloring
 from .tracer import PatternArray, Trace
@@ -384,12 +385,13 @@ def sparse_hessian(f, *, strict=False, order="largest_first", coloring="stars", 
                [4., 2., 0.],
                [6., 0., 2.]])
     """
-    @functools.wraps(f)
     def sparse_hessian_f(x, *args):
         c = prepare_sparse_hessian_cache(f, x, *args, strict=strict, order=order,
                                          coloring=coloring, chunk_size=chunk_size)
         return value_gradient_and_sparse_hessian(c, f, x, *args)[2]
-    return sparse_hessian_f
+    return Transformed(sparse_hessian_f, functools.partial(
+        sparse_hessian, strict=strict, order=order, coloring=coloring, chunk_size=chunk_size),
+        (f,), f)
 
 
 class SparseJacobianCache(_ColoredCache):
@@ -514,8 +516,8 @@ def sparse_jacobian(f, *, mode="auto", strict=False, order="largest_first"):
         array([[-1.,  4.,  0.],
                [ 0., -1.,  6.]])
     """
-    @functools.wraps(f)
     def sparse_jacobian_f(x, *args):
         c = prepare_sparse_jacobian_cache(f, x, *args, mode=mode, strict=strict, order=order)
         return value_and_sparse_jacobian(c, f, x, *args)[1]
-    return sparse_jacobian_f
+    return Transformed(sparse_jacobian_f, functools.partial(
+        sparse_jacobian, mode=mode, strict=strict, order=order), (f,), f)

@@ -23,6 +23,7 @@ from ..errors import (
 from ..replay.forward import DerivativeReplayer
 from .caches import CacheSpec, ReplayingCache, debug_checked, expect_cache
 from .reverse import vjp
+from .transformed import transformed
 
 
 def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *,
@@ -279,7 +280,7 @@ def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None =
         except OutputTypeError:
             # a container output (or none with floats): the general path sorts out which
             return _jacobian_tree(f, args, argnums, mode, chunk_size)
-    return jacobian_f
+    return transformed(jacobian_f, jacobian, f, mode, chunk_size, argnums)
 
 
 def _jacobian_tree(f, args, argnums, mode, chunk_size):

@@ -26,6 +26,7 @@ from ..replay.source import SourceReplayer
 from ..tape import Tape, TrackedArray
 from .caches import CacheSpec, ReplayingCache, debug_checked, expect_cache
 from .reverse import value_and_grad
+from .transformed import transformed
 
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
 # the per-op overhead is shared by many directions, small enough that k copies of every
@@ -121,7 +122,7 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 "instead.") from None
         hv = hv[0] if isinstance(argnums, int) else hv
         return (hv, value[1]) if has_aux else hv
-    return hvp_f
+    return transformed(hvp_f, hvp, f, argnums, lanes, has_aux)
 
 
 _NOT_FAST = object()
@@ -288,7 +289,7 @@ def hessian(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
         nums = norm_argnums(argnums, len(args), f)
         _, _, H, leaves, offsets = _hessian_rows(f, nums, args, kwargs, chunk_size)
         return _hessian_blocks(args, nums, H, leaves, offsets, single)
-    return hessian_f
+    return transformed(hessian_f, hessian, f, argnums, chunk_size)
 
 
 # --- prepared caches ----------------------------------------------------------------------
