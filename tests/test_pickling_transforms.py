@@ -73,8 +73,9 @@ def test_through_a_process_pool():
     cache = mp.prepare_gradient_cache(loss, x)
     mp.value_and_gradient(cache, loss, x)
     jobs = [("transform", mp.grad(loss), x), ("cache", cache, x)]
-    ctx = multiprocessing.get_context("spawn" if "fork" not in
-                                      multiprocessing.get_all_start_methods() else "fork")
+    # (spawn: a fresh interpreter loads f by reference; fork would copy threads other tests
+    # started, JAX's say)
+    ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
         out = list(pool.map(_run, jobs))
     assert np.allclose(out[0], mp.grad(loss)(x)) and np.allclose(out[1], mp.grad(loss)(x))

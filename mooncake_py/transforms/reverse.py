@@ -18,7 +18,7 @@ from ..core.arguments import (
 from ..core.pytree import flatten
 from ..mixed.tracking import Tracked, as_gradient, check_scalar, check_seeds, unwrap_out
 from ..tape import Tape, TrackedArray
-from .transformed import inner, transformed
+from .transformed import SecondOf, inner, transformed
 
 
 def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -180,9 +180,7 @@ def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
             return g, aux
         return transformed(grad_aux_f, grad, f, argnums, has_aux)
 
-    def grad_f(*args, **kwargs):
-        return vg(*args, **kwargs)[1]
-    return transformed(grad_f, grad, f, argnums, has_aux)
+    return SecondOf(vg, grad, (f, argnums, has_aux), f)  # (vg(*args)[1], called directly)
 
 
 def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,

@@ -17,11 +17,11 @@ class Transformed:
 
     Example:
         >>> import pickle, numpy as np, mooncake_py as mp
-        >>> g = mp.grad(np.sum)
+        >>> g = mp.hvp(np.sum)
         >>> type(g).__name__, g.__name__
         ('Transformed', 'sum')
-        >>> pickle.loads(pickle.dumps(g))(np.ones(2))
-        array([1., 1.])
+        >>> pickle.loads(pickle.dumps(g))(np.ones(2), np.ones(2))
+        array([0., 0.])
     """
     __slots__ = ("__dict__", "__weakref__", "_fn", "_how")
 
@@ -46,6 +46,21 @@ class Transformed:
         return f"<{name} of {getattr(self, '__qualname__', '?')}>"
 
 
+class SecondOf(Transformed):
+    """A :class:`Transformed` that returns item 1 of what ``fn`` returns (``grad``: the
+    gradient of ``value_and_grad``'s pair), with no function call in between.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> type(mp.grad(np.sum)).__name__
+        'SecondOf'
+    """
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)[1]
+
+
 def transformed(fn, transform, f, *how):
     """``fn`` (what ``transform(f, *how)`` made) as a :class:`Transformed`."""
     return Transformed(fn, transform, (f, *how), f)
@@ -54,4 +69,4 @@ def transformed(fn, transform, f, *how):
 def inner(t):
     """The function a :class:`Transformed` calls (a transform built on another calls it
     directly, with no layer in between); anything else as it is."""
-    return t._fn if type(t) is Transformed else t
+    return t._fn if isinstance(t, Transformed) else t
