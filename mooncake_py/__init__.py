@@ -24,6 +24,7 @@ from .errors import (
     PreparedCacheSpecError,
     ReverseOverReverseError,
     RuleError,
+    StaleReplayError,
     TangentError,
     TrackingLostError,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "NonDifferentiableInputError", "PreparedCacheSpecError", "TrackingLostError",
     "MutationError", "RuleError", "TangentError", "MixedArrayModulesError",
     "ArgumentError", "EscapedValueError", "MissingMethodError", "CompileFallbackWarning",
+    "StaleReplayError",
     # namespaces of wrapped SciPy functions
     "special", "linalg",
 ]

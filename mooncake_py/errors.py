@@ -102,6 +102,31 @@ class PreparedCacheSpecError(MooncakeError, ValueError):
     """
 
 
+class StaleReplayError(MooncakeError, RuntimeError):
+    """Under ``Config(debug_mode=True)`` a prepared cache's replay differed from a fresh recording.
+
+    A replay re-runs what ``f`` did when recorded without running ``f``; its guards see the
+    branches ``f`` took and, by identity, the globals and closure variables it reads, but not an
+    array refilled in place nor random numbers drawn inside ``f``. Debug mode records every call
+    as well and raises this at the first difference (the value, then each derivative). Pass
+    such data as a non-differentiated argument (``argnums``), or prepare with ``replay=False``.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> data = np.ones(3)
+        >>> f = lambda x: np.sum(x * data)
+        >>> c = mp.prepare_gradient_cache(f, np.ones(3))
+        >>> _ = mp.value_and_gradient(c, f, np.ones(3))   # records
+        >>> data[:] = 2.0                                   # refilled in place: same object
+        >>> with mp.Config(debug_mode=True):
+        ...     try:
+        ...         mp.value_and_gradient(c, f, np.ones(3))
+        ...     except mp.StaleReplayError:
+        ...         print("stale")
+        stale
+    """
+
+
 class TrackingLostError(MooncakeError, TypeError):
     """A tracked value was turned into a plain array or Python number, which would drop its derivative.
 

@@ -19,6 +19,7 @@ from .core.arguments import fname, is_float_leaf, leaf_error
 from .core.pytree import flatten, ravel_pytree
 from .errors import TangentError
 from .transforms.second_order import DEFAULT_CHUNK, hvp
+from .transforms.transformed import Transformed
 
 
 def _direction(f, x, p):
@@ -102,7 +103,7 @@ def hessp(f: Callable[..., Any]) -> Callable[..., Any]:
         return products.apply(_check_x(f, x), p, args)
     hessp_f.__name__ = f"hessp_{getattr(f, '__name__', 'f')}"
     hessp_f.__doc__ = f"H·p for {fname(f)}: hessp(x, p, *args) (SciPy's order)."
-    return hessp_f
+    return Transformed(hessp_f, hessp, (f,), hessp_f)
 
 
 def hessian_operator(f: Callable[..., Any], x: Any, *args: Any) -> Any:

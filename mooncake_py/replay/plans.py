@@ -61,6 +61,7 @@ error state), read the private ``_value`` of a traced value, or have side effect
 LinAlgError, say) leaves the call unplanned. Pass ``replay=False`` to
 :func:`~mooncake_py.prepare_gradient_cache` for such functions.
 """
+import copy
 import operator
 import warnings
 
@@ -512,18 +513,47 @@ class _Failed(Exception):
 class Plan:
     """A recording of ``f`` at one set of arguments, ready to be run on new values."""
 
-    def __init__(self, tape, inputs, ynode, constants):
+    def __init__(self, tape, inputs, ynode, constants, ndiff=None):
         self.steps = tape.plan_steps
         self.n = len(tape._parents)
         self.parents = list(tape._parents)
         self.fns = list(tape._fns)
         self.inputs = inputs
+        # inputs[:ndiff] are differentiated; the rest are data (data_args), read every call
+        self.ndiff = len(inputs) if ndiff is None else ndiff
         self.ynode = ynode
         self.constants = constants  # (position among the flattened leaves, recorded copy)
         # the write nodes (_WRITE steps) in recording order: the sweep undoes and redoes them
         self.writes = list(getattr(tape, "_writes", ()))
         self.splits = list(getattr(tape, "_splits", ()))  # (and the views they moved)
         self.short = len(self.steps) < _GC_PAUSE_STEPS
+        if self.ndiff < len(inputs):
+            self._cut_data()
+
+    def _cut_data(self):
+        """Cut the edges into the nodes computed from the data alone: the ops that mix them
+        with differentiated values are called with ``needs`` False there (a constant, for
+        their rule: no cotangent computed) and the sweep never reaches them."""
+        active = [False] * self.n
+        for node in self.inputs[:self.ndiff]:
+            active[node] = True
+        parents = self.parents
+        for node in range(self.n):
+            ps = parents[node]
+            if ps and not active[node]:
+                active[node] = any(active[p] if type(p) is int else
+                                   type(p) is tuple and any(q is not None and active[q]
+                                                            for q in p) for p in ps)
+        steps = []
+        for st in self.steps:
+            if st[0] == _OP and active[st[6]]:
+                node, ps = st[6], parents[st[6]]
+                cut = [type(p) is int and not active[p] for p in ps]
+                if any(cut):
+                    parents[node] = tuple(None if c else p for p, c in zip(ps, cut))
+                    st = st[:5] + (tuple(n and not c for n, c in zip(st[5], cut)),) + st[6:]
+            steps.append(st)
+        self.steps = steps
 
     def run(self, leaves):
         """``(value, cotangents of the inputs)`` for the tracked ``leaves``; raises _Failed."""
@@ -667,7 +697,7 @@ class Plan:
             else:
                 ys = [None if v is None else TrackedArray(v, tape, r)
                       for v, (k, r) in zip(y, self.outs)]
-            entries = [TrackedArray(values[n], tape, n) for n in self.inputs]
+            entries = [TrackedArray(values[n], tape, n) for n in self.inputs[:self.ndiff]]
             return tape.gradient(ys, entries, seeds=seeds)
         finally:
             tape.close()
@@ -793,16 +823,23 @@ def record_call(f, args, nums, tape_cls):
     the gradients (a tuple), the tracked arguments and the tape (as the general path of
     :func:`~mooncake_py.value_and_grad` does, step for step)."""
     am.module_of(*[args[i] for i in nums], what=f"the arguments of {fname(f)}")
+    data = data_args(args, nums) if tape_cls in _PLAN_TAPES else ()
     tape = tape_cls()
     with gc_paused():
         try:
-            tr = Tracked(f, args, nums, tape)
+            tr = Tracked(f, args, tuple(nums) + data, tape)
             y = f(*tr.args)
             check_scalar(f, y)
             grads = tr.structure(tape.gradient(y, tr.entry))
+        except Exception:
+            if not data:
+                raise
+            # f does with its data what a traced value cannot do (hands it to a library that
+            # converts it, say): recorded with the data plain, as mp.grad would, unplanned
+            return record_call(f, args, nums, Tape)
         finally:
             tape.close()
-    return unwrap_out(y), tuple(grads), tr, tape, y
+    return unwrap_out(y), tuple(grads[:len(nums)]), tr, tape, y
 
 
 class Replayer:
@@ -915,9 +952,10 @@ def _split_leaves(args, nums, dual=False, plain=False):
     must be duals of float64 NumPy values and tangents (no nesting: a dual of duals, i.e.
     a transformation of the cache's call, is recorded every time), and with ``plain`` also
     plain float64 values (an argument given no direction: tracked by an HVP cache's plan),
-    each with a marker of its kind among the others."""
+    each with a marker of its kind among the others. The data arguments
+    (:func:`data_args`) come last among the tracked leaves."""
     if not dual:  # plain array arguments (the common call): each is its own one leaf
-        leaves, consts = [], []
+        leaves, consts, data = [], [], []
         for i, a in enumerate(args):
             if type(a) is not np.ndarray:
                 break
@@ -925,13 +963,15 @@ def _split_leaves(args, nums, dual=False, plain=False):
                 if a.dtype != _F64_DT:
                     return None, consts
                 leaves.append(a)
+            elif a.dtype == _F64_DT:
+                data.append(a)
             else:
                 consts.append(a)
         else:
-            return leaves, consts
+            return leaves + data if data else leaves, consts
     else:  # duals of plain arrays (the common HVP / derivative call), the same way
         D = DualArray
-        leaves, consts = [], []
+        leaves, consts, data = [], [], []
         for i, a in enumerate(args):
             t = type(a)
             if i in nums and t is D:
@@ -941,13 +981,16 @@ def _split_leaves(args, nums, dual=False, plain=False):
                     return None, consts
                 leaves.append(a)
             elif t is np.ndarray and not (i in nums and a.dtype.kind in "fc"):
-                consts.append(a)
+                (data if a.dtype == _F64_DT else consts).append(a)
             else:
                 break
         else:
-            return leaves, consts
-    leaves, consts = [], []
+            return leaves + data if data else leaves, consts
+    leaves, consts, data = [], [], []
     for i, a in enumerate(args):
+        if type(a) is np.ndarray and a.dtype == _F64_DT and i not in nums:
+            data.append(a)
+            continue
         for leaf in flatten(a)[0]:
             if i in nums and is_float_leaf(leaf):
                 t = type(leaf)
@@ -972,7 +1015,18 @@ def _split_leaves(args, nums, dual=False, plain=False):
                 leaves.append(leaf)
             else:
                 consts.append(leaf)
-    return leaves, consts
+    return leaves + data if data else leaves, consts
+
+
+def data_args(args, nums):
+    """The positions of the arguments that are data of a plan: float64 NumPy arrays not
+    differentiated (not in ``nums``). They are tracked while recording, after the
+    differentiated leaves (so that what ``f`` computes from them is a plan step, recomputed
+    on every replay, never a constant), and are inputs of the plan: :func:`_split_leaves`
+    puts them after the differentiated leaves. No cotangent is computed for them on replay
+    (:meth:`Plan.__init__` cuts the edges into them)."""
+    return tuple(i for i, a in enumerate(args)
+                 if i not in nums and type(a) is np.ndarray and a.dtype == _F64_DT)
 
 
 
@@ -981,9 +1035,14 @@ def _make_plan(tape, tr, y, args, nums, before, dual=False):
     if type(y) is not TrackedArray or y._tape is not tape or \
             not _plannable(tape, tr, args, nums, before, dual):
         return None
-    plan = Plan(tape, [e._node for e in tr.entry], y._node, before)
+    plan = Plan(tape, [e._node for e in tr.entry], y._node, before, _ndiff(tr, nums))
     plan.finish = _finisher(tr, args, nums, dual)
     return plan
+
+
+def _ndiff(tr, nums):
+    """How many of ``tr``'s tracked leaves are differentiated (the data's come after)."""
+    return sum(w is not None for i, _, _, where in tr.slots if i in nums for w in where)
 
 
 def _finisher(tr, args, nums, dual=False):
@@ -993,6 +1052,9 @@ def _finisher(tr, args, nums, dual=False):
     dual cotangent back as it is, whatever the leaf, so that case skips the call.)"""
     leaf_type = DualArray if dual else np.ndarray
     if not all(type(args[i]) is leaf_type for i in nums):
+        if len(tr.slots) > len(nums):  # (data slots after the differentiated ones: dropped)
+            tr = copy.copy(tr)
+            tr.slots = tr.slots[:len(nums)]
         return tr.structure
     protos = [np.empty(0, args[i].dtype) for i in nums]  # (dtype and type are what it reads)
     if dual:
@@ -1050,17 +1112,24 @@ def record_pullback(f, args, nums, ybar, tape_cls):
     step as :func:`~mooncake_py.vjp` does: returns the value, the cotangents (a tuple over
     ``nums``), the tracked arguments, the tape and the flattened outputs."""
     check_args(f, args, range(len(args)))
+    data = data_args(args, nums) if tape_cls in _PLAN_TAPES else ()
     tape = tape_cls()
     with gc_paused():
         try:
-            tr = Tracked(f, args, nums, tape)
+            tr = Tracked(f, args, tuple(nums) + data, tape)
             outs, ytree = flatten(f(*tr.args))
             seeds, stree = flatten(ybar)
             check_seeds(f, outs, ytree, seeds, stree)
             cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
+        except Exception:
+            if not data:
+                raise
+            # (as in record_call: the data plain, unplanned)
+            return record_pullback(f, args, nums, ybar, Tape)
         finally:
             tape.close()
-    return ytree.unflatten([unwrap_out(o) for o in outs]), tuple(cots), tr, tape, outs, ytree
+    return (ytree.unflatten([unwrap_out(o) for o in outs]), tuple(cots[:len(nums)]), tr, tape,
+            outs, ytree)
 
 
 def _complex_seed(seeds):
@@ -1129,7 +1198,7 @@ class PullbackReplayer(Replayer):
         self.plan = None
         tmpl = output_template(outs, tape)
         if tmpl is not None and _plannable(tape, tr, args, nums, before, False):
-            plan = Plan(tape, [e._node for e in tr.entry], None, before)
+            plan = Plan(tape, [e._node for e in tr.entry], None, before, _ndiff(tr, nums))
             plan.finish, plan.outs, plan.ytree = _finisher(tr, args, nums), tmpl, ytree
             self.plan = plan
         self.planned(self.plan)

@@ -7,8 +7,13 @@ thus costs one sweep with a handful of lanes instead of 10⁵ directions.
 
 The pattern is found for the control-flow path that ``f`` takes at ``x`` (comparisons and
 ``if`` statements see the true values); ``np.where`` takes both branches. A prepared cache reuses
-the pattern and the coloring, which is right as long as ``f`` takes the same path (or one whose
-pattern is contained in it) at the new point.
+the pattern and the coloring while ``f`` takes the path it was detected on: its sweeps replay
+a recording under the guards of the other prepared caches (the branches ``f`` took, and by
+identity the globals and closure variables it reads). When a guard fails the sweep records
+``f`` again, and the pattern is detected again at that point: one that is not contained in the
+cache's widens it (the union, colored again) and the call is evaluated on it, so a branch taken
+at a new point never drops an entry. (A reverse-mode Jacobian cache detects the pattern again on
+every call. A ``pattern=`` given by the caller is trusted: it is never detected again.)
 """
 import functools
 
@@ -16,10 +21,13 @@ import numpy as np
 
 from ..core.arguments import fname
 from ..errors import NonDifferentiableInputError, OutputTypeError, TangentError
+from ..replay.forward import DerivativeReplayer
+from ..replay.outside import OutsideGuard
+from ..replay.plans import Replayer
 from ..transforms.caches import CacheSpec
-from ..transforms.forward import jvp
 from ..transforms.reverse import value_and_grad, vjp
 from ..transforms.second_order import _chunk, _value_gradient_hvp
+from ..transforms.transformed import Transformed
 from . import rows as R
 from .coloring import _adjacency, _pair_counts, column_coloring, row_coloring, star_coloring
 from .tracer import PatternArray, Trace
@@ -177,23 +185,34 @@ class _JacobianPlan:
 
 
 # --- evaluation ------------------------------------------------------------------------------
-def _hessian_sweeps(f, x, args, plan, chunk_size):
-    """(value, gradient, HV of shape (k, n)) in sweeps of at most ``chunk_size`` colors."""
+def _hessian_sweeps(f, x, args, plan, chunk_size, replayers=None):
+    """(value, gradient, HV of shape (k, n)) in sweeps of at most ``chunk_size`` colors; with
+    ``replayers`` (a dict: lane count -> Replayer, a prepared cache's) each sweep replays, and
+    the result's fourth item says whether every sweep did (``f`` took the recorded path)."""
     if not plan.k:
         y, g = value_and_grad(f)(x, *args)
-        return y, g, None
+        return y, g, None, False
     n = plan.n
     per = max(1, min(_chunk(n, x.dtype.itemsize, chunk_size), plan.k))
     HV = np.empty((plan.k, n), dtype=x.dtype)
     value = grad = None
+    replayed = True
     for c0 in range(0, plan.k, per):
         cs = np.arange(c0, min(plan.k, c0 + per))
         V = (plan.colors[None, :] == cs[:, None]).astype(x.dtype).reshape(
             (cs.size,) + x.shape)
-        value, gs, hvs = _value_gradient_hvp(f, (0,), (x,) + tuple(args), (V,), True, {})
+        rp = None
+        if replayers is not None:
+            rp = replayers.get(cs.size)
+            if rp is None:
+                rp = replayers[cs.size] = Replayer(dual=True, kind="sparse Hessian")
+            before = rp.replays
+        value, gs, hvs = _value_gradient_hvp(f, (0,), (x,) + tuple(args), (V,), True, {},
+                                             replayer=rp)
+        replayed = replayed and rp is not None and rp.replays > before
         grad = gs[0]
         HV[c0:c0 + cs.size] = np.reshape(hvs[0], (cs.size, n))
-    return value, grad, HV
+    return value, grad, HV, replayed
 
 
 def _scalar_output_check(f, y):
@@ -204,11 +223,49 @@ def _scalar_output_check(f, y):
 
 class _ColoredCache:
     """The spec of the prepared call and its colored plan, whose pattern and coloring the
-    sparse caches expose read-only."""
+    sparse caches expose read-only. ``detect`` holds how to detect the pattern again (a
+    function of ``x`` and the arguments) when it was detected, None when the caller gave it.
+    The replay state (and the guard on ``f``'s globals and closure variables) is not pickled:
+    the first call after loading records again."""
 
-    def __init__(self, kind, f, args, plan):
+    def __init__(self, kind, f, args, plan, detect=None):
         self.spec = CacheSpec(kind, f, args)
         self.plan = plan
+        self._detect = detect
+        self._start()
+
+    def _start(self):
+        self._replayers = {}
+        self._outside = OutsideGuard(self.spec.f)
+
+    def _checked(self):
+        """Start the replay afresh when a global or closure variable of ``f`` was rebound."""
+        if not self._outside.holds():
+            self._start()
+
+    def _widened(self, x, args):
+        """Detect the pattern again at ``x`` (after ``f`` was recorded on another path); when
+        it is not contained in the cache's, widen the cache's to the union. True if widened."""
+        if self._detect is None:
+            return False
+        new = R.sparse().csr_matrix(self._detect(x, args), dtype=bool)
+        old = self.plan.pattern
+        if (new > R.sparse().csr_matrix(old, dtype=bool)).nnz == 0:
+            return False
+        self.plan = self._replan((new + old).astype(bool))
+        self._replayers = {}
+        return True
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_replayers", None)
+        state.pop("_outside", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_detect", None)
+        self._start()
 
     @property
     def pattern(self):
@@ -227,9 +284,14 @@ class SparseHessianCache(_ColoredCache):
     """Prepared by :func:`prepare_sparse_hessian_cache`: the function and argument spec, the
     Hessian pattern (``.pattern``), its star coloring (``.colors``, ``.n_colors``)."""
 
-    def __init__(self, f, args, plan, chunk_size):
-        super().__init__("sparse_hessian", f, args, plan)
+    def __init__(self, f, args, plan, chunk_size, detect=None, coloring=("largest_first",
+                                                                          "stars")):
+        super().__init__("sparse_hessian", f, args, plan, detect)
         self.chunk_size = chunk_size
+        self._coloring = coloring
+
+    def _replan(self, pattern):
+        return _HessianPlan(pattern, *self._coloring)
 
     def __repr__(self):
         n, nnz = self.plan.n, self.plan.pattern.nnz
@@ -268,13 +330,20 @@ def prepare_sparse_hessian_cache(f, x, *args, pattern=None, strict=False, order=
                [ 0., -4., 10.]])
     """
     x = _check_input(f, x, "prepare_sparse_hessian_cache")
+    detect = None
     if pattern is None:
         pattern = hessian_sparsity(f, x, *args, strict=strict)
+        detect = functools.partial(_detect_hessian, f, strict)
     elif tuple(np.shape(pattern)) != (int(np.size(x)),) * 2:
         raise TangentError(f"prepare_sparse_hessian_cache: pattern has shape "
                            f"{tuple(np.shape(pattern))}; x has {int(np.size(x))} elements, so it "
                            f"must be ({int(np.size(x))}, {int(np.size(x))}).")
-    return SparseHessianCache(f, (x,) + args, _HessianPlan(pattern, order, coloring), chunk_size)
+    return SparseHessianCache(f, (x,) + args, _HessianPlan(pattern, order, coloring), chunk_size,
+                              detect, (order, coloring))
+
+
+def _detect_hessian(f, strict, x, args):
+    return hessian_sparsity(f, x, *args, strict=strict)
 
 
 def value_gradient_and_sparse_hessian(cache, f, x, *args):
@@ -291,8 +360,13 @@ def value_gradient_and_sparse_hessian(cache, f, x, *args):
     """
     x = _check_input(f, x, "value_gradient_and_sparse_hessian")
     cache.spec.check(f, (x,) + args)
-    y, g, HV = _hessian_sweeps(f, x, args, cache.plan, cache.chunk_size)
+    cache._checked()
+    y, g, HV, replayed = _hessian_sweeps(f, x, args, cache.plan, cache.chunk_size,
+                                         cache._replayers)
     _scalar_output_check(f, y)
+    if not replayed and cache._widened(x, args):  # (f took a path of a wider pattern)
+        y, g, HV, _ = _hessian_sweeps(f, x, args, cache.plan, cache.chunk_size,
+                                      cache._replayers)
     return y, g, cache.plan.decompress(HV)
 
 
@@ -311,21 +385,26 @@ def sparse_hessian(f, *, strict=False, order="largest_first", coloring="stars", 
                [4., 2., 0.],
                [6., 0., 2.]])
     """
-    @functools.wraps(f)
     def sparse_hessian_f(x, *args):
         c = prepare_sparse_hessian_cache(f, x, *args, strict=strict, order=order,
                                          coloring=coloring, chunk_size=chunk_size)
         return value_gradient_and_sparse_hessian(c, f, x, *args)[2]
-    return sparse_hessian_f
+    return Transformed(sparse_hessian_f, functools.partial(
+        sparse_hessian, strict=strict, order=order, coloring=coloring, chunk_size=chunk_size),
+        (f,), f)
 
 
 class SparseJacobianCache(_ColoredCache):
     """Prepared by :func:`prepare_sparse_jacobian_cache`: the spec, the Jacobian pattern
     (``.pattern``), the mode ("forward": columns colored; "reverse": rows) and ``.colors``."""
 
-    def __init__(self, f, args, plan, out_shape):
-        super().__init__("sparse_jacobian", f, args, plan)
+    def __init__(self, f, args, plan, out_shape, detect=None, order="largest_first"):
+        super().__init__("sparse_jacobian", f, args, plan, detect)
         self.out_shape = out_shape
+        self._order = order
+
+    def _replan(self, pattern):
+        return _JacobianPlan(pattern, self.plan.mode, getattr(self, "_order", "largest_first"))
 
     @property
     def mode(self):
@@ -356,7 +435,9 @@ def prepare_sparse_jacobian_cache(f, x, *args, mode="auto", pattern=None, strict
     """
     x = _check_input(f, x, "prepare_sparse_jacobian_cache")
     out_shape = None
+    detect = None
     if pattern is None:
+        detect = functools.partial(_detect_jacobian, f, strict)
         trace, y = _trace(f, x, args, strict)
         pattern = _output_rows(trace, y, f, "prepare_sparse_jacobian_cache")
         out_shape = tuple(np.shape(y))
@@ -364,7 +445,13 @@ def prepare_sparse_jacobian_cache(f, x, *args, mode="auto", pattern=None, strict
     if pattern.shape[1] != int(np.size(x)):
         raise TangentError(f"prepare_sparse_jacobian_cache: pattern has {pattern.shape[1]} "
                            f"columns; x has {int(np.size(x))} elements.")
-    return SparseJacobianCache(f, (x,) + args, _JacobianPlan(pattern, mode, order), out_shape)
+    return SparseJacobianCache(f, (x,) + args, _JacobianPlan(pattern, mode, order), out_shape,
+                               detect, order)
+
+
+def _detect_jacobian(f, strict, x, args):
+    trace, y = _trace(f, x, args, strict)
+    return _output_rows(trace, y, f, "value_and_sparse_jacobian")
 
 
 def value_and_sparse_jacobian(cache, f, x, *args):
@@ -383,25 +470,39 @@ def value_and_sparse_jacobian(cache, f, x, *args):
     """
     x = _check_input(f, x, "value_and_sparse_jacobian")
     cache.spec.check(f, (x,) + args)
+    cache._checked()
+    y, compressed, replayed = _jacobian_sweep(cache, f, x, args)
+    if not replayed and cache._widened(x, args):  # (f took a path of a wider pattern)
+        y, compressed, _ = _jacobian_sweep(cache, f, x, args)
+    plan = cache.plan
+    if plan.k and int(np.size(y)) != plan.pattern.shape[0]:
+        raise OutputTypeError(f"value_and_sparse_jacobian: {fname(f)} returned {int(np.size(y))} "
+                              f"elements; the cache was prepared for {plan.pattern.shape[0]}.")
+    return y, plan.decompress(compressed, x.dtype)
+
+
+def _jacobian_sweep(cache, f, x, args):
+    """(y, the compressed Jacobian, whether a recording was replayed) on the cache's plan:
+    forward mode replays a derivative plan (lanes, one per color); reverse mode records."""
     plan = cache.plan
     m, _n = plan.pattern.shape
     if not plan.k:
-        y = f(x, *args)
-        return y, plan.decompress(None, x.dtype)
+        return f(x, *args), None, False
     if plan.mode == "forward":
         V = _seeds(plan.colors, plan.k, x.shape, x.dtype)
-        y, dY = jvp(lambda xx: f(xx, *args), (x,), (V,), lanes=True)
-        compressed = np.reshape(dY, (plan.k, -1))
+        rp = cache._replayers.get(plan.k)
+        if rp is None:
+            rp = cache._replayers[plan.k] = DerivativeReplayer()
+        before = rp.replays
+        y, dY = rp.call(f, (x,) + tuple(args), (V,) + (None,) * len(args), plan.k)
+        return y, np.reshape(dY, (plan.k, -1)), rp.replays > before
     else:
         y, pullback = vjp(lambda xx: f(xx, *args), x)
         yshape = tuple(np.shape(y))
         seeds = _seeds(plan.colors, plan.k, (m,), np.result_type(y))
         compressed = np.stack([np.reshape(pullback(np.reshape(s, yshape))[0], -1)
                                for s in seeds])
-    if int(np.size(y)) != m:
-        raise OutputTypeError(f"value_and_sparse_jacobian: {fname(f)} returned {int(np.size(y))} "
-                              f"elements; the cache was prepared for {m}.")
-    return y, plan.decompress(compressed, x.dtype)
+    return y, compressed, False
 
 
 def sparse_jacobian(f, *, mode="auto", strict=False, order="largest_first"):
@@ -415,8 +516,8 @@ def sparse_jacobian(f, *, mode="auto", strict=False, order="largest_first"):
         array([[-1.,  4.,  0.],
                [ 0., -1.,  6.]])
     """
-    @functools.wraps(f)
     def sparse_jacobian_f(x, *args):
         c = prepare_sparse_jacobian_cache(f, x, *args, mode=mode, strict=strict, order=order)
         return value_and_sparse_jacobian(c, f, x, *args)[1]
-    return sparse_jacobian_f
+    return Transformed(sparse_jacobian_f, functools.partial(
+        sparse_jacobian, mode=mode, strict=strict, order=order), (f,), f)

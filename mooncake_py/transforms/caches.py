@@ -18,16 +18,20 @@ The earlier forms ``value_and_pullback(cache, ybar, f, *args)`` and
 ``value_and_derivative(cache, f, *(primal, tangent) pairs)`` keep working: the cache knows its
 function and its argument count, which tells the two forms apart.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..core.arguments import fname, is_float_leaf
+from ..config import Config, current_config
+from ..core.arguments import fname, is_float_leaf, norm_argnums
 from ..core.pytree import flatten, leaf_paths
-from ..errors import PreparedCacheSpecError
+from ..errors import PreparedCacheSpecError, StaleReplayError
 from ..replay.compiling import CompilingReplayer, compile_report
+from ..replay.outside import OutsideGuard
+from ..replay.plans import record_pullback
 from ..replay.source import SourcePullbackReplayer, SourceReplayer
+from ..tape import Tape
 from .reverse import value_and_grad, vjp
 
 
@@ -42,17 +46,28 @@ def _leaf_spec(x):
 
 
 class CacheSpec:
-    """What a prepared cache was prepared for: ``f`` and each argument's structure and leaves."""
+    """What a prepared cache was prepared for: ``f``, each argument's structure and leaves, and
+    which arguments it differentiates.
 
-    def __init__(self, kind, f, args):
+    ``argnums=None`` (the default) differentiates every argument with a float leaf and gives
+    one entry per argument (None for the others); an int ``argnums`` gives that argument's
+    derivative alone, a tuple one per position in its order, as ``mp.value_and_grad`` does.
+    ``float_args`` is the sorted positions differentiated (what the replayers take)."""
+
+    def __init__(self, kind, f, args, argnums=None):
         self.kind, self.f = kind, f
         self.trees, self.leaves = [], []
         for a in args:
             leaves, tree = flatten(a)
             self.trees.append(tree)
             self.leaves.append([_leaf_spec(x) for x in leaves])
-        self.float_args = tuple(i for i, a in enumerate(args)
-                                if any(map(is_float_leaf, flatten(a)[0])))
+        self.argnums = argnums
+        if argnums is None:
+            self.float_args = tuple(i for i, a in enumerate(args)
+                                    if any(map(is_float_leaf, flatten(a)[0])))
+        else:
+            self.order = norm_argnums(argnums, len(args), f)
+            self.float_args = tuple(sorted(set(self.order)))
         # the common call (plain arrays and floats, no containers) is checked by type, shape and
         # dtype alone; anything else (or a mismatch, for its message) takes the full check
         self._quick = tuple((a.shape, a.dtype) if type(a) is np.ndarray else float
@@ -95,6 +110,22 @@ class CacheSpec:
                         "a new cache for new shapes or dtypes.")
 
 
+    def arrange(self, items, nargs):
+        """``items`` (one per :attr:`float_args`) as the caller receives them: with
+        ``argnums=None`` one per argument (None where not differentiated), with an int
+        ``argnums`` the one item, with a tuple one per position, in its order."""
+        argnums = getattr(self, "argnums", None)  # (caches pickled before argnums existed)
+        if argnums is None:
+            full = [None] * nargs
+            for i, g in zip(self.float_args, items):
+                full[i] = g
+            return tuple(full)
+        if not isinstance(argnums, (tuple, list)):
+            return items[0]
+        where = {i: k for k, i in enumerate(self.float_args)}
+        return tuple(items[where[i]] for i in self.order)
+
+
 def _show(spec):
     kind, shape, dt = spec
     if kind == "constant":
@@ -130,8 +161,12 @@ class ReplayingCache:
     """What the prepared caches that replay share: pickling keeps what the cache was prepared
     for and whether it replays, never its plans (the first call after loading records again).
     A subclass says how to make its replay state (:meth:`_new_replay`) and names, in
-    ``_transient``, the other attributes it rebuilds on loading (:meth:`_rebuild`)."""
-    _transient = ("_replay",)
+    ``_transient``, the other attributes it rebuilds on loading (:meth:`_rebuild`).
+
+    :meth:`replay_state` is what a call replays with: it first checks, by identity, the
+    globals and closure variables ``f`` reads (replay/outside.py) and starts afresh (records
+    again) when one of them is bound to another object."""
+    _transient = ("_replay", "_outside")
 
     def _new_replay(self):
         raise NotImplementedError
@@ -141,6 +176,16 @@ class ReplayingCache:
 
     def _start_replay(self, replay):
         self._replay = self._new_replay() if replay else None
+        self._outside = OutsideGuard(self.spec.f) if replay else None
+
+    def replay_state(self):
+        """The replay state for this call (None for ``replay=False``), new when a global or
+        closure variable ``f`` reads has been rebound since the recording."""
+        rp = self._replay
+        if rp is not None and not self._outside.holds():
+            self._start_replay(True)
+            rp = self._replay
+        return rp
 
     def compile_report(self):
         """What runs this cache's current plan, step by step, for a ``compile=True`` cache: a
@@ -151,7 +196,7 @@ class ReplayingCache:
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items() if k not in self._transient}
-        state["replay"] = self._replay is not None
+        state["replay"] = getattr(self, "_replay", None) is not None
         return state
 
     def __setstate__(self, state):
@@ -162,15 +207,72 @@ class ReplayingCache:
         self._start_replay(replay)
 
 
+def _replays(rp):
+    """How many calls ``rp`` (a replayer, or a dict of them per lane count) served by replay."""
+    if isinstance(rp, dict):  # (a Hessian cache's lanes, and its one-direction replayer)
+        columns = getattr(rp, "columns", None)
+        return sum(r.replays for r in rp.values()) + (columns.replays if columns else 0)
+    return rp.replays
+
+
+def debug_checked(cache, f, replayed, fresh, names):
+    """Under ``Config(debug_mode=True)``: run ``replayed(rp)`` (the cache's replay, outside
+    debug mode, which always records) and ``fresh()`` (a recording, with debug mode's checks);
+    when the first was served by replay, raise StaleReplayError at the first part (named by
+    ``names``, in order) in which they differ. Returns the fresh result."""
+    rp = cache.replay_state()
+    cfg = current_config()
+    before = _replays(rp)
+    with Config(debug_mode=False, chunk_size=cfg.chunk_size):
+        got = replayed(rp)
+    want = fresh()
+    if _replays(rp) != before:
+        for name, w, g in zip(names, want, got):
+            why = _difference(w, g)
+            if why is not None:
+                raise StaleReplayError(
+                    f"the {cache.spec.kind} cache of {fname(f)} replayed a recording whose "
+                    f"{name} differs from a fresh recording ({why}). Something f reads changed "
+                    "where the guards cannot see it: an array refilled in place, random "
+                    "numbers drawn inside f, a global's contents. Pass such data as an "
+                    "argument (not differentiated: argnums=...), or prepare the cache with "
+                    "replay=False.")
+    return want
+
+
+def _difference(want, got):
+    """Why two results differ (structure, shape, values beyond rounding), or None."""
+    wl, wt = flatten(want)
+    gl, gt = flatten(got)
+    if wt != gt or len(wl) != len(gl):
+        return f"structure {gt!r} against {wt!r}"
+    for k, (w, g) in enumerate(zip(wl, gl)):
+        if w is None or g is None:
+            if w is not g:
+                return f"leaf {k} is {g!r} against {w!r}"
+            continue
+        w, g = np.asarray(w), np.asarray(g)
+        if w.shape != g.shape:
+            return f"leaf {k} has shape {g.shape} against {w.shape}"
+        if w.dtype.kind in "fc" or g.dtype.kind in "fc":
+            # (replay runs math.sin where NumPy's sin ran: equal to the last bits, not exactly)
+            if not np.allclose(g, w, rtol=1e-9, atol=1e-12, equal_nan=True):
+                i = np.unravel_index(np.argmax(np.abs(g - w)), w.shape) if w.ndim else ()
+                return f"{np.asarray(g)[i]!r} where a fresh recording gives {w[i]!r}"
+        elif not np.array_equal(w, g):
+            return f"leaf {k} is {g!r} against {w!r}"
+    return None
+
+
 class GradientCache(ReplayingCache):
     """Prepared by :func:`prepare_gradient_cache`; used by :func:`value_and_gradient`.
 
     Pickles like the other caches (when ``f`` does): the gradient function is rebuilt on
     loading, not stored."""
-    _transient = ("_replay", "_vg")
+    _transient = ("_replay", "_outside", "_vg")
 
-    def __init__(self, f, args, replay=True, compile=False):
-        self.spec = CacheSpec("gradient", f, args)
+    def __init__(self, f, args, replay=True, compile=False, argnums=None):
+        self.spec = CacheSpec("gradient", f, args, argnums)
         self._compile = compile
         self._rebuild()
         self._start_replay(replay)
@@ -190,8 +292,8 @@ class PullbackCache(ReplayingCache):
     Pickles when ``f`` does; the replay plan is not stored (the first call after loading
     records again)."""
 
-    def __init__(self, f, args, replay=True):
-        self.spec = CacheSpec("pullback", f, args)
+    def __init__(self, f, args, replay=True, argnums=None):
+        self.spec = CacheSpec("pullback", f, args, argnums)
         y = f(*args)
         self.out_leaves = [_leaf_spec(o) for o in flatten(y)[0]]
         self.out_tree = flatten(y)[1]
@@ -201,16 +303,30 @@ class PullbackCache(ReplayingCache):
         return SourcePullbackReplayer()
 
 
-def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
-                           replay: bool = True, compile: bool = False) -> GradientCache:
+def prepare_gradient_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
+                           compile: bool = False,
+                           argnums: int | Sequence[int] | None = None) -> GradientCache:
     """Prepare to compute ``f``'s value and gradient at arguments shaped like ``args``.
+
+    ``argnums`` says which arguments are differentiated, as for :func:`mooncake_py.grad`:
+    an int gives that argument's gradient alone, a tuple one gradient per position (in its
+    order). By default every argument with a float leaf is, and the gradients are a tuple with
+    one entry per argument (None for the others). An argument not differentiated (data: a
+    design matrix, observations) is an input of the replayed plan, read afresh on every call
+    (a float64 NumPy array is; other values are compared with the recorded ones, a change
+    records again) and checked for shape and dtype like the others; nothing is computed for it.
 
     With ``replay=True`` (the default) the first call records ``f`` and later calls re-run
     that recording on the new values without running ``f`` again, as long as guards hold: the
     outcomes of comparisons, ``bool``/``int`` of traced values and the non-float arguments must
     be those seen when recording, else ``f`` is recorded afresh (see
     mooncake_py/replay/plans.py for what is replayed and what a replayed function may not do:
-    depend on globals, random numbers or side effects). ``replay=False`` records every call.
+    depend on random numbers or side effects). The globals and closure variables ``f`` reads
+    are guarded by identity (``s = 10.0`` after preparing with ``s = 1.0`` records again), but
+    an array refilled in place, or random numbers drawn inside ``f``, are not seen: pass such
+    data as a non-differentiated argument, and check with ``Config(debug_mode=True)`` (every
+    call also records, and a replay that differs raises :class:`StaleReplayError`).
+    ``replay=False`` records every call.
     The default replay runs the plan's runs of scalar steps (``s = s + x[i] * x[i]`` loops) as
     generated Python source (mooncake_py/replay/source.py) and its other steps (array
     ops, BLAS) as direct rule calls: equal to the recording up to the last bit of
@@ -230,13 +346,20 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any,
         >>> y, (gx, gw) = mp.value_and_gradient(c, f, np.zeros(3), 2.0)
         >>> gx
         array([2., 2., 2.])
+        >>> loss = lambda w, X, y: np.sum((X @ w - y) ** 2)     # data as arguments
+        >>> X, y = np.ones((4, 2)), np.zeros(4)
+        >>> c = mp.prepare_gradient_cache(loss, np.zeros(2), X, y, argnums=0)
+        >>> value, gw = mp.value_and_gradient(c, loss, np.ones(2), X, y)
+        >>> gw                                                    # the gradient in w alone
+        array([16., 16.])
     """
-    return GradientCache(f, args, replay, compile)
+    return GradientCache(f, args, replay, compile, argnums)
 
 
 def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
-                       *args: Any) -> tuple[Any, tuple[Any, ...]]:
-    """``(f(*args), grads)``, one gradient per argument (``None`` for non-float arguments).
+                       *args: Any) -> tuple[Any, Any]:
+    """``(f(*args), grads)``: by default one gradient per argument (``None`` for non-float
+    arguments); with ``argnums`` as the cache was prepared (see :func:`prepare_gradient_cache`).
 
     Raises PreparedCacheSpecError when ``f`` or the arguments' structure, shapes or dtypes
     differ from those the cache was prepared with.
@@ -250,17 +373,21 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
         (9.0, array([ 3., 12.]))
     """
     expect_cache(cache, "gradient", "value_and_gradient")
-    cache.spec.check(f, args)
-    rp = getattr(cache, "_replay", None)
-    y, gs = rp.call(f, args, cache.spec.float_args) if rp is not None else cache._vg(*args)
-    full = [None] * len(args)
-    for i, g in zip(cache.spec.float_args, gs):
-        full[i] = g
-    return y, tuple(full)
+    spec = cache.spec
+    spec.check(f, args)
+    rp = cache.replay_state()
+    if rp is None:
+        y, gs = cache._vg(*args)
+    elif current_config().debug_mode:
+        y, gs = debug_checked(cache, f, lambda r: r.call(f, args, spec.float_args),
+                              lambda: cache._vg(*args), ("value", "gradient"))
+    else:
+        y, gs = rp.call(f, args, spec.float_args)
+    return y, spec.arrange(gs, len(args))
 
 
-def prepare_pullback_cache(f: Callable[..., Any], *args: Any,
-                           replay: bool = True) -> PullbackCache:
+def prepare_pullback_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
+                           argnums: int | Sequence[int] | None = None) -> PullbackCache:
     """Prepare to compute ``f``'s value and vector-Jacobian products at arguments like ``args``.
 
     With ``replay=True`` (the default) the first call records ``f`` and later calls re-run
@@ -269,7 +396,7 @@ def prepare_pullback_cache(f: Callable[..., Any], *args: Any,
     arguments must be as recorded, else ``f`` is recorded again). Outputs may be arrays,
     scalars or containers of them. Runs of scalar steps replay as generated Python source,
     the rest as direct rule calls, as in :func:`prepare_gradient_cache`. ``replay=False``
-    records every call.
+    records every call. ``argnums`` as for :func:`prepare_gradient_cache`.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -279,7 +406,7 @@ def prepare_pullback_cache(f: Callable[..., Any], *args: Any,
         >>> gx
         array([2., 2.])
     """
-    return PullbackCache(f, args, replay)
+    return PullbackCache(f, args, replay, argnums)
 
 
 def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
@@ -310,13 +437,23 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
             f"the pullback cache prepared for {fname(f)}: the cotangent ybar has structure "
             f"{stree!r} with shapes {[np.shape(s) for s in seeds]}; the output has "
             f"{cache.out_tree!r} with shapes {[s[1] for s in cache.out_leaves]}.")
-    rp = getattr(cache, "_replay", None)
+    spec = cache.spec
+    rp = cache.replay_state()
+    if rp is not None and not current_config().debug_mode:
+        return _replayed_pullback(rp, spec, f, args, ybar)
+
+    def fresh():
+        if getattr(spec, "argnums", None) is None:
+            y, pullback = vjp(f, *args)
+            return y, pullback(ybar)
+        y, cots = record_pullback(f, args, spec.float_args, ybar, Tape)[:2]
+        return y, spec.arrange(cots, len(args))
     if rp is None:
-        y, pullback = vjp(f, *args)
-        return y, pullback(ybar)
-    nums = cache.spec.float_args
-    y, cots = rp.call(f, args, nums, ybar)
-    full = [None] * len(args)
-    for i, c in zip(nums, cots):
-        full[i] = c
-    return y, tuple(full)
+        return fresh()
+    return debug_checked(cache, f, lambda r: _replayed_pullback(r, spec, f, args, ybar),
+                         fresh, ("value", "cotangent"))
+
+
+def _replayed_pullback(rp, spec, f, args, ybar):
+    y, cots = rp.call(f, args, spec.float_args, ybar)
+    return y, spec.arrange(cots, len(args))

@@ -21,8 +21,9 @@ from ..errors import (
     TangentError,
 )
 from ..replay.forward import DerivativeReplayer
-from .caches import CacheSpec, ReplayingCache, expect_cache
+from .caches import CacheSpec, ReplayingCache, debug_checked, expect_cache
 from .reverse import vjp
+from .transformed import transformed
 
 
 def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *,
@@ -59,8 +60,8 @@ class DerivativeCache(ReplayingCache):
     :func:`value_and_derivative`. Pickles when ``f`` does (the replay plan is not stored: the
     first call after loading records again)."""
 
-    def __init__(self, f, args, lanes, replay=True):
-        self.spec, self.lanes = CacheSpec("derivative", f, args), lanes
+    def __init__(self, f, args, lanes, replay=True, argnums=None):
+        self.spec, self.lanes = CacheSpec("derivative", f, args, argnums), lanes
         self._start_replay(replay)
 
     def _new_replay(self):
@@ -71,8 +72,9 @@ class DerivativeCache(ReplayingCache):
                 f"lanes={self.lanes})")
 
 
-def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
-                             lanes: int | None = None, replay: bool = True) -> DerivativeCache:
+def prepare_derivative_cache(f: Callable[..., Any], *args: Any, lanes: int | None = None,
+                             replay: bool = True,
+                             argnums: int | Sequence[int] | None = None) -> DerivativeCache:
     """Prepare repeated forward-mode derivatives of ``f`` at arguments like ``args``.
 
     Records the arguments' structure, shapes and dtypes (checked on every call of
@@ -87,6 +89,11 @@ def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
     mooncake_py/replay/forward.py for what is replayed. ``replay=False`` runs ``f`` on
     duals every call.
 
+    ``argnums`` (an int or a tuple) names the arguments that get tangents, as for
+    :func:`~mooncake_py.prepare_gradient_cache`: :func:`value_and_derivative` then takes the
+    one tangent (an int) or a tuple of them in its order, and the other arguments are data,
+    read afresh every call.
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> f = lambda x: np.sum(np.tanh(x))
@@ -96,16 +103,24 @@ def prepare_derivative_cache(f: Callable[..., Any], *args: Any,
         3.0
     """
     k = int(lanes) if lanes else 0
-    cache = DerivativeCache(f, args, k, replay)
-    zeros = tuple(_zero_tangent(a, k) for a in args)
+    cache = DerivativeCache(f, args, k, replay, argnums)
+    nums = cache.spec.float_args
+    zeros = tuple(_zero_tangent(a, k) if i in nums else None for i, a in enumerate(args))
     _derivative(cache, f, args, zeros)
     return cache
 
 
 def _derivative(cache, f, primals, tangents):
-    rp = cache._replay
-    if rp is None:
+    rp = cache.replay_state()
+
+    def fresh():
         return jvp(f, tuple(primals), tuple(tangents), lanes=bool(cache.lanes))
+    if rp is None:
+        return fresh()
+    if current_config().debug_mode:
+        return debug_checked(cache, f, lambda r: r.call(f, tuple(primals), tuple(tangents),
+                                                        cache.lanes),
+                             fresh, ("value", "derivative"))
     return rp.call(f, tuple(primals), tuple(tangents), cache.lanes)
 
 
@@ -144,6 +159,21 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
     """
     expect_cache(cache, "derivative", "value_and_derivative")
     n = len(cache.spec.trees)
+    argnums = getattr(cache.spec, "argnums", None)
+    if argnums is not None:  # (tangents for the argnums only: the one form)
+        if len(tangents_and_args) != n + 1:
+            raise TangentError(
+                f"value_and_derivative of {fname(f)} takes (cache, f, tangents, *args): "
+                f"{n} argument(s) after the tangents, got {len(tangents_and_args) - 1}.")
+        t, *primals = tangents_and_args
+        given = _split_tangents(f, argnums, t)
+        tangents = [None] * n
+        for i, ti in zip(cache.spec.order, given):
+            tangents[i] = ti
+        cache.spec.check(f, primals)
+        if cache.lanes:
+            _check_lanes(cache, f, tangents)
+        return _derivative(cache, f, primals, tangents)
     if len(tangents_and_args) == n + 1:
         t, *primals = tangents_and_args
         if n == 1:
@@ -172,6 +202,16 @@ def value_and_derivative(cache: DerivativeCache, f: Callable[..., Any],
     if cache.lanes:
         _check_lanes(cache, f, tangents)
     return _derivative(cache, f, primals, tangents)
+
+
+def _split_tangents(f, argnums, t):
+    if not isinstance(argnums, (tuple, list)):
+        return (t,)
+    if not isinstance(t, (tuple, list)) or len(t) != len(argnums):
+        raise TangentError(
+            f"value_and_derivative of {fname(f)} with argnums={argnums!r}: the tangents must "
+            f"be a tuple with one tangent per position of argnums; got {type(t).__name__}.")
+    return tuple(t)
 
 
 def _check_lanes(cache, f, tangents):
@@ -247,7 +287,7 @@ def jacobian(f: Callable[..., Any], mode: str = "auto", chunk_size: int | None =
         except OutputTypeError:
             # a container output (or none with floats): the general path sorts out which
             return _jacobian_tree(f, args, argnums, mode, chunk_size)
-    return jacobian_f
+    return transformed(jacobian_f, jacobian, f, mode, chunk_size, argnums)
 
 
 def _jacobian_tree(f, args, argnums, mode, chunk_size):

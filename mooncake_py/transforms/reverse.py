@@ -18,6 +18,7 @@ from ..core.arguments import (
 from ..core.pytree import flatten
 from ..mixed.tracking import Tracked, as_gradient, check_scalar, check_seeds, unwrap_out
 from ..tape import Tape, TrackedArray
+from .transformed import SecondOf, inner, transformed
 
 
 def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -78,7 +79,7 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
         if has_aux:
             return (unwrap_out(y), plain(aux)), grads[0] if single else tuple(grads)
         return unwrap_out(y), grads[0] if single else tuple(grads)
-    return value_and_grad_f
+    return transformed(value_and_grad_f, value_and_grad, f, argnums, has_aux)
 
 
 _FAST_LEAVES = (np.ndarray, np.float64, float)
@@ -171,19 +172,15 @@ def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
         >>> mp.grad(lambda x: (np.sum(x ** 2), "note"), has_aux=True)(np.ones(2))
         (array([2., 2.]), 'note')
     """
-    vg = value_and_grad(f, argnums, has_aux)
+    vg = inner(value_and_grad(f, argnums, has_aux))
 
     if has_aux:
-        @functools.wraps(f)
         def grad_aux_f(*args, **kwargs):
             (_, aux), g = vg(*args, **kwargs)
             return g, aux
-        return grad_aux_f
+        return transformed(grad_aux_f, grad, f, argnums, has_aux)
 
-    @functools.wraps(f)
-    def grad_f(*args, **kwargs):
-        return vg(*args, **kwargs)[1]
-    return grad_f
+    return SecondOf(vg, grad, (f, argnums, has_aux), f)  # (vg(*args)[1], called directly)
 
 
 def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,

@@ -29,8 +29,9 @@ from ..replay.compiling import (
 from ..replay.plans import Replayer
 from ..replay.source import SourceReplayer
 from ..tape import Tape, TrackedArray
-from .caches import CacheSpec, ReplayingCache, expect_cache
+from .caches import CacheSpec, ReplayingCache, debug_checked, expect_cache
 from .reverse import value_and_grad
+from .transformed import transformed
 
 # Directions per sweep when neither chunk_size nor Config.chunk_size says: large enough that
 # the per-op overhead is shared by many directions, small enough that k copies of every
@@ -126,7 +127,7 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 "instead.") from None
         hv = hv[0] if isinstance(argnums, int) else hv
         return (hv, value[1]) if has_aux else hv
-    return hvp_f
+    return transformed(hvp_f, hvp, f, argnums, lanes, has_aux)
 
 
 _NOT_FAST = object()
@@ -293,7 +294,7 @@ def hessian(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
         nums = norm_argnums(argnums, len(args), f)
         _, _, H, leaves, offsets = _hessian_rows(f, nums, args, kwargs, chunk_size)
         return _hessian_blocks(args, nums, H, leaves, offsets, single)
-    return hessian_f
+    return transformed(hessian_f, hessian, f, argnums, chunk_size)
 
 
 # --- prepared caches ----------------------------------------------------------------------
@@ -301,8 +302,8 @@ class HVPCache(ReplayingCache):
     """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`. Pickles without
     its plan (the next call records again)."""
 
-    def __init__(self, f, args, replay=True, compile=False):
-        self.spec = CacheSpec("hvp", f, args)
+    def __init__(self, f, args, replay=True, compile=False, argnums=None):
+        self.spec = CacheSpec("hvp", f, args, argnums)
         self._compile = compile
         self._start_replay(replay)
 
@@ -316,8 +317,8 @@ class HessianCache(ReplayingCache):
     """Prepared by :func:`prepare_hessian_cache`; used by :func:`value_gradient_and_hessian`.
     Pickles without its plans."""
 
-    def __init__(self, f, args, chunk_size, replay=True, compile=False):
-        self.spec = CacheSpec("hessian", f, args)
+    def __init__(self, f, args, chunk_size, replay=True, compile=False, argnums=None):
+        self.spec = CacheSpec("hessian", f, args, argnums)
         self.chunk_size = chunk_size
         self._compile = compile
         self._start_replay(replay)
@@ -380,7 +381,8 @@ class _HessianReplay(dict):
 
 
 def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
-                      compile: bool = False) -> HVPCache:
+                      compile: bool = False,
+                      argnums: int | Sequence[int] | None = None) -> HVPCache:
     """Prepare Hessian-vector products of ``f`` at arguments shaped like ``args``.
 
     With ``replay=True`` (the default) the first call records ``f`` on dual numbers and later
@@ -396,6 +398,10 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
     :func:`prepare_gradient_cache` does for gradients (mooncake_py/replay/compiled.py); any
     other plan replays exactly as by default (no compiled segments for HVPs).
 
+    ``argnums`` as for :func:`~mooncake_py.prepare_gradient_cache`: ``v``, the gradient and
+    ``Hv`` are then one direction for an int, a tuple in its order for a tuple; the other
+    arguments are data (read afresh every call, no derivative computed for them).
+
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> logp = lambda x: -0.5 * np.sum(x ** 2)
@@ -405,7 +411,7 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
         >>> Hv
         array([-1., -1., -1.], dtype=float32)
     """
-    return HVPCache(f, args, replay, compile)
+    return HVPCache(f, args, replay, compile, argnums)
 
 
 def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
@@ -425,14 +431,30 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
         (array([ 3., 12.]), array([6., 0.]))
     """
     expect_cache(cache, "hvp", "value_and_hvp")
-    cache.spec.check(f, args)
-    nums = cache.spec.float_args
-    rp = getattr(cache, "_replay", None)
+    spec = cache.spec
+    spec.check(f, args)
+    nums = spec.float_args
+    rp = cache.replay_state()
+    if rp is not None and current_config().debug_mode:
+        return debug_checked(cache, f, lambda r: _hvp_call(spec, f, v, args, r),
+                             lambda: _hvp_call(spec, f, v, args, None), ("value", "gradient", "Hv"))
     if rp is not None and len(args) == 1 and nums == (0,):
         # one float64 array: the replayer's own short form of the steps below (None otherwise)
         out = _replayed_hvp_one(rp, f, args[0], v)
         if out is not None:
             return out
+    return _hvp_call(spec, f, v, args, rp)
+
+
+def _hvp_call(spec, f, v, args, rp):
+    """value_and_hvp's general path, with the replayer ``rp`` (None: recorded)."""
+    nums = spec.float_args
+    if getattr(spec, "argnums", None) is not None:
+        vs = _split_v(f, spec.argnums, v)
+        by_pos = dict(zip(spec.order, vs))
+        value, gs, hvs = _value_gradient_hvp(f, nums, args, tuple(by_pos[i] for i in nums),
+                                             False, {}, replayer=rp)
+        return value, spec.arrange(gs, len(args)), spec.arrange(hvs, len(args))
     if len(args) == 1:
         vs = (v,)
     else:
@@ -440,8 +462,7 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
             raise TangentError(f"value_and_hvp of {fname(f)}: with {len(args)} arguments, v must "
                                "be a tuple with one direction per argument (None for constants).")
         vs = tuple(v[i] for i in nums)
-    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {},
-                                         replayer=getattr(cache, "_replay", None))
+    value, gs, hvs = _value_gradient_hvp(f, nums, args, vs, False, {}, replayer=rp)
     if len(args) == 1:
         return value, gs[0] if gs else None, hvs[0] if hvs else None
     return value, _full(len(args), nums, gs), _full(len(args), nums, hvs)
@@ -489,7 +510,8 @@ def _full(n, nums, items):
 
 
 def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | None = None,
-                          replay: bool = True, compile: bool = False) -> HessianCache:
+                          replay: bool = True, compile: bool = False,
+                          argnums: int | Sequence[int] | None = None) -> HessianCache:
     """Prepare Hessians of ``f`` at arguments shaped like ``args``; see :func:`hessian`.
 
     With ``replay=True`` (the default) the cache replays as an HVP cache does
@@ -499,6 +521,11 @@ def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | N
     that costs less than ``chunk_size`` directions a sweep on a Python-replayed k-lane plan
     (one plan per lane count), which it uses otherwise. The first call measures which.
     ``replay=False`` records every call.
+
+    ``argnums`` as for :func:`hessian`: the Hessian of those arguments only (an int: one
+    matrix; a tuple: blocks in its order), the others data, read afresh every call (see
+    :func:`~mooncake_py.prepare_gradient_cache`). By default every float argument is
+    differentiated: pass ``argnums`` for data, or its blocks are computed too.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -518,8 +545,15 @@ def prepare_hessian_cache(f: Callable[..., Any], *args: Any, chunk_size: int | N
         array([[0., 1., 0.],
                [1., 0., 1.],
                [0., 1., 0.]])
+        >>> nll = lambda w, X, y: np.sum(np.logaddexp(0.0, -y * (X @ w)))
+        >>> X, y = np.eye(3, 2), np.ones(3)
+        >>> c = mp.prepare_hessian_cache(nll, np.zeros(2), X, y, argnums=0)
+        >>> value, g, H = mp.value_gradient_and_hessian(c, nll, np.zeros(2), X, y)
+        >>> H                                          # (2, 2): no blocks for X and y
+        array([[0.25, 0.  ],
+               [0.  , 0.25]])
     """
-    return HessianCache(f, args, chunk_size, replay, compile)
+    return HessianCache(f, args, chunk_size, replay, compile, argnums)
 
 
 def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
@@ -537,9 +571,19 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
                [2., 0.]])
     """
     expect_cache(cache, "hessian", "value_gradient_and_hessian")
-    cache.spec.check(f, args)
-    nums = cache.spec.float_args
-    rs = getattr(cache, "_replay", None)
+    spec = cache.spec
+    spec.check(f, args)
+    rs = cache.replay_state()
+    if rs is not None and current_config().debug_mode:
+        return debug_checked(cache, f, lambda r: _hessian_call(cache, f, args, r),
+                             lambda: _hessian_call(cache, f, args, None),
+                             ("value", "gradient", "Hessian"))
+    return _hessian_call(cache, f, args, rs)
+
+
+def _hessian_call(cache, f, args, rs):
+    spec = cache.spec
+    nums = spec.float_args
     out = None
     if rs is not None and rs.mode == "columns":
         out = _hessian_columns(f, nums, args, rs, cache.chunk_size)
@@ -548,6 +592,11 @@ def value_gradient_and_hessian(cache: HessianCache, f: Callable[..., Any],
         if rs is not None and rs.mode is None:
             rs.foresee(out[4][-1], _chunk(int(out[4][-1]), 8, cache.chunk_size), out[3])
     value, gs, H, leaves, offsets = out
+    argnums = getattr(spec, "argnums", None)
+    if argnums is not None:
+        single = not isinstance(argnums, (tuple, list))
+        blocks = _hessian_blocks(args, spec.order, H, leaves, offsets, single)
+        return value, spec.arrange(gs, len(args)), blocks
     single = len(args) == 1
     blocks = _hessian_blocks(args, nums, H, leaves, offsets, single)
     if single:
