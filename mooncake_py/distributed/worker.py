@@ -98,15 +98,16 @@ def stored_tokens():
 
 
 def shard_function(loss, shard, argnums):
-    """``loss`` as a function of θ alone, the shard's arrays bound around it at ``argnums``.
-
-    This is the one place that decides how a shard's data reaches the prepared caches: today
-    they close over it (the data on a worker never changes, so a cache built on it stays
-    valid). When prepared caches take ``argnums``, pass the shard as non-differentiated
-    arguments here instead.
-    """
+    """``loss`` as a function of θ alone, the shard's arrays bound around it at ``argnums``
+    (for plain evaluations; the prepared caches take the shard as arguments instead)."""
     head, tail = shard[:argnums], shard[argnums:]
     return lambda theta: loss(*head, theta, *tail)
+
+
+def _cache_key(kind, shard):
+    """Shards of one layout share a worker's prepared caches: the data are arguments of the
+    plan (``argnums``), read on every call, so one recording serves them all."""
+    return (kind,) + tuple((np.shape(a), getattr(a, "dtype", type(a)).__str__()) for a in shard)
 
 
 class ShardEvaluator:
@@ -116,12 +117,23 @@ class ShardEvaluator:
     overwrites.
     """
 
-    def __init__(self, loss, shard, argnums, index):
+    def __init__(self, loss, shard, argnums, index, caches):
         self.shard = shard
         self.index = index
+        self.loss, self.argnums = loss, argnums
         self.f = shard_function(loss, shard, argnums)
-        self._grad = self._hvp = self._hess = None
+        self._caches = caches  # the worker's prepared caches, shared by shards of one layout
         self._checked = False
+
+    def _args(self, theta):
+        return (*self.shard[:self.argnums], theta, *self.shard[self.argnums:])
+
+    def _cache(self, kind, prepare, theta):
+        key = _cache_key(kind, self.shard)
+        c = self._caches.get(key)
+        if c is None:
+            c = self._caches[key] = prepare(self.loss, *self._args(theta), argnums=self.argnums)
+        return c
 
     def _check(self, theta):
         # once per shard and worker: a clear error rather than the tape's OutputTypeError
@@ -142,17 +154,15 @@ class ShardEvaluator:
     def value_and_grad(self, theta):
         if not self._checked:
             self._check(theta)
-        if self._grad is None:
-            self._grad = mp.prepare_gradient_cache(self.f, theta)
-        y, (g,) = mp.value_and_gradient(self._grad, self.f, theta)
+        c = self._cache("gradient", mp.prepare_gradient_cache, theta)
+        y, g = mp.value_and_gradient(c, self.loss, *self._args(theta))
         return float(y), np.array(g, copy=True)
 
     def hvp(self, theta, v):
         if not self._checked:
             self._check(theta)
-        if self._hvp is None:
-            self._hvp = mp.prepare_hvp_cache(self.f, theta)
-        _, _, hv = mp.value_and_hvp(self._hvp, self.f, v, theta)
+        c = self._cache("hvp", mp.prepare_hvp_cache, theta)
+        _, _, hv = mp.value_and_hvp(c, self.loss, v, *self._args(theta))
         return np.array(hv, copy=True)
 
     def hvp_lanes(self, theta, V):
@@ -163,9 +173,8 @@ class ShardEvaluator:
     def hessian(self, theta):
         if not self._checked:
             self._check(theta)
-        if self._hess is None:
-            self._hess = mp.prepare_hessian_cache(self.f, theta)
-        _, _, H = mp.value_gradient_and_hessian(self._hess, self.f, theta)
+        c = self._cache("hessian", mp.prepare_hessian_cache, theta)
+        _, _, H = mp.value_gradient_and_hessian(c, self.loss, *self._args(theta))
         return np.array(H, copy=True)
 
 
@@ -173,7 +182,7 @@ def run_group(token, ctx, layout, mode, theta, extra, indices, *shards):
     """Task: ``mode`` ("value", "value_and_grad", "hvp", "hvp_lanes", "hessian") of the loss
     on each shard of one worker's group, a list in the order of ``indices``, with the address
     of the worker that ran it (the client regroups when it is not the one it asked for)."""
-    state = _STORE.setdefault(token, {"layout": layout, "shards": {}})
+    state = _STORE.setdefault(token, {"layout": layout, "shards": {}, "caches": {}})
     evaluators = state["shards"]
     if state["layout"] != layout:
         # the shards were regrouped: forget evaluators of shards this worker no longer holds
@@ -185,7 +194,7 @@ def run_group(token, ctx, layout, mode, theta, extra, indices, *shards):
     for i, shard in zip(indices, shards):
         ev = evaluators.get(i)
         if ev is None or ev.shard is not shard:  # new here, or recomputed after a failure
-            ev = evaluators[i] = ShardEvaluator(ctx.loss, shard, ctx.argnums, i)
+            ev = evaluators[i] = ShardEvaluator(ctx.loss, shard, ctx.argnums, i, state["caches"])
         method = getattr(ev, mode)
         out.append(method(theta) if extra is None else method(theta, extra))
     return out, where()
