@@ -238,6 +238,47 @@ def check_args(f, args, nums):
                 check_leaf_kind(f, i, leaf, "" if tree.kind == "leaf" else f" (leaf {j})")
 
 
+def _is_number_leaf(x):
+    if type(x) in (float, int, complex):
+        return True
+    return getattr(x, "shape", None) == () and getattr(x, "dtype", None) is not None
+
+
+def list_argument_error(f, args, nums, exc):
+    """The named error to raise instead of ``exc`` (a ``TypeError`` or ``AttributeError`` that
+    ``f`` raised) when a differentiated argument is a list or tuple of numbers, else None.
+
+    Arguments are pytrees: ``[1.0, 2.0]`` is a container of two scalar leaves (its gradient is
+    a list of two), not a vector, so ``f`` receives a list and ``x ** 2`` or ``x.shape`` fails
+    inside it with a message about lists that does not say what to pass.
+
+    Example:
+        >>> import numpy as np
+        >>> f = lambda x: np.sum(x ** 2)
+        >>> e = list_argument_error(f, ([1.0, 2.0],), (0,), TypeError("unsupported operand"))
+        >>> type(e).__name__, "np.array" in str(e)
+        ('ArgumentError', True)
+        >>> list_argument_error(f, (np.ones(2),), (0,), TypeError("other")) is None
+        True
+    """
+    for i in nums:
+        a = args[i]
+        if type(a) not in _SEQ or not a:
+            continue
+        leaves, _ = flatten(a)
+        if not all(map(_is_number_leaf, leaves)):
+            continue
+        kind = type(a).__name__
+        return ArgumentError(
+            f"{fname(f)} raised {type(exc).__name__}: {exc}. Its argument {i} is a {kind} of "
+            f"{len(leaves)} numbers: mooncake_py takes a {kind} as a container of separate "
+            f"scalar leaves (its gradient is a {kind} of scalars too), so {fname(f)} received "
+            f"the {kind} itself, not an array. To differentiate it as one array, pass "
+            f"np.array([...]) (np.asarray(x, dtype=float)); to keep the {kind}, index it "
+            f"(x[0] * x[1]) or stack it inside {fname(f)} (np.stack(x)).")
+    return None
+
+
 def _is_index(i):
     return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
 

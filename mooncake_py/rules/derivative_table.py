@@ -110,7 +110,10 @@ def numpy_division(expr):
 def _compile_np(expr, nin):
     """A NumPy function ``(a[, b], y) -> value`` for one expression."""
     params = "a, y" if nin == 1 else "a, b, y"
-    return eval(f"lambda {params}: {numpy_division(expr)}", dict(NP_VOCABULARY))
+    # named so that a NumPy warning raised in it is seen as the library's (core/fp_warnings.py)
+    code = compile(f"lambda {params}: {numpy_division(expr)}", "<mooncake_py derivative table>",
+                   "eval")
+    return eval(code, dict(NP_VOCABULARY))
 
 
 TABLE = {}

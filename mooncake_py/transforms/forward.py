@@ -6,10 +6,12 @@ from typing import Any
 import numpy as np
 
 from ..config import current_config
+from ..core import fp_warnings
 from ..core.arguments import (
     check_args,
     fname,
     is_float_leaf,
+    list_argument_error,
     norm_argnums,
 )
 from ..core.pytree import flatten, ravel_pytree
@@ -49,7 +51,18 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
                [0., 1.]])
     """
     tag, args = seed(f, primals, tangents, lanes)
-    return jvp_seeded(f, tag, args, has_aux)
+    # NumPy warnings raised by frules name the user's line inside f, not the library's
+    token = fp_warnings.enter()
+    try:
+        return jvp_seeded(f, tag, args, has_aux)
+    except (TypeError, AttributeError) as e:
+        err = list_argument_error(f, primals, [i for i, t in enumerate(tangents)
+                                               if t is not None], e)
+        if err is None:
+            raise
+        raise err from e
+    finally:
+        fp_warnings.leave(token)
 
 
 # --- prepared caches --------------------------------------------------------------------------
