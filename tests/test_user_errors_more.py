@@ -131,7 +131,7 @@ def test_warnings_filter_error_raises_the_warning():
 # --- item 12: a direction of another float dtype ----------------------------------------------------
 def test_hvp_and_hessp_cast_a_float64_direction_for_float32_x():
     x = np.array([1.0, 2.0, 3.0], np.float32)
-    f = lambda x: np.sum(x ** 3)  # noqa: E731
+    f = lambda x: np.sum(x ** 3)
     v64 = np.array([1.0, 0.5, 0.25])
     want = (6 * x * v64.astype(np.float32))
     for hv in (mp.hvp(f)(x, v64), mp.hessp(f)(x, v64)):
@@ -166,7 +166,7 @@ def test_direction_rule_rejects_non_float_in_hvp_and_out_of_range():
 def test_unravel_of_ones_is_an_hvp_direction_with_int_leaves():
     params = {"w": np.ones(2), "n": 3, "idx": np.array([0, 1]), "flag": True}
     flat, unravel = mp.ravel_pytree(params)
-    f = lambda p: np.sum(p["w"][p["idx"]] ** 2) * p["n"] * p["flag"]  # noqa: E731
+    f = lambda p: np.sum(p["w"][p["idx"]] ** 2) * p["n"] * p["flag"]
     hv = mp.hvp(f)(params, unravel(np.ones(flat.size)))
     np.testing.assert_allclose(hv["w"], [6.0, 6.0])
     assert hv["n"] is None and hv["idx"] is None and hv["flag"] is None
