@@ -244,9 +244,10 @@ def _is_number_leaf(x):
     return getattr(x, "shape", None) == () and getattr(x, "dtype", None) is not None
 
 
-def list_argument_error(f, args, nums, exc):
-    """The named error to raise instead of ``exc`` (a ``TypeError`` or ``AttributeError`` that
-    ``f`` raised) when a differentiated argument is a list or tuple of numbers, else None.
+def check_list_argument(f, args, nums, exc):
+    """Raise, from ``exc`` (a ``TypeError`` or ``AttributeError`` that ``f`` raised), the named
+    error that says what to pass when a differentiated argument is a list or tuple of numbers;
+    return (for the caller to re-raise ``exc``) otherwise.
 
     Arguments are pytrees: ``[1.0, 2.0]`` is a container of two scalar leaves (its gradient is
     a list of two), not a vector, so ``f`` receives a list and ``x ** 2`` or ``x.shape`` fails
@@ -255,11 +256,11 @@ def list_argument_error(f, args, nums, exc):
     Example:
         >>> import numpy as np
         >>> f = lambda x: np.sum(x ** 2)
-        >>> e = list_argument_error(f, ([1.0, 2.0],), (0,), TypeError("unsupported operand"))
-        >>> type(e).__name__, "np.array" in str(e)
-        ('ArgumentError', True)
-        >>> list_argument_error(f, (np.ones(2),), (0,), TypeError("other")) is None
-        True
+        >>> check_list_argument(f, (np.ones(2),), (0,), TypeError("other"))  # nothing to say
+        >>> check_list_argument(f, ([1.0, 2.0],), (0,), TypeError("unsupported operand"))
+        Traceback (most recent call last):
+        ...
+        mooncake_py.errors.ArgumentError: <lambda> raised TypeError: unsupported operand. ...
     """
     for i in nums:
         a = args[i]
@@ -269,14 +270,13 @@ def list_argument_error(f, args, nums, exc):
         if not all(map(_is_number_leaf, leaves)):
             continue
         kind = type(a).__name__
-        return ArgumentError(
+        raise ArgumentError(
             f"{fname(f)} raised {type(exc).__name__}: {exc}. Its argument {i} is a {kind} of "
             f"{len(leaves)} numbers: mooncake_py takes a {kind} as a container of separate "
             f"scalar leaves (its gradient is a {kind} of scalars too), so {fname(f)} received "
             f"the {kind} itself, not an array. To differentiate it as one array, pass "
             f"np.array([...]) (np.asarray(x, dtype=float)); to keep the {kind}, index it "
-            f"(x[0] * x[1]) or stack it inside {fname(f)} (np.stack(x)).")
-    return None
+            f"(x[0] * x[1]) or stack it inside {fname(f)} (np.stack(x)).") from exc
 
 
 def _is_index(i):

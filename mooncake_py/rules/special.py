@@ -344,10 +344,17 @@ def multigammaln(a, d):
 
 
 # --- betainc (a scipy.special ufunc of three inputs: rules of its own) -------------------------
-def _betainc_density(sps, a, b, x):
-    """∂I_x(a, b)/∂x = x^(a-1)·(1-x)^(b-1)/B(a, b), with ``np.``/table calls only (xlogy keeps
-    the edges x = 0, 1 finite where the exponent is 0), so it differentiates again."""
-    return np.exp(sps.xlogy(a - 1, x) + sps.xlog1py(b - 1, -x) - sps.betaln(a, b))
+def beta_density(sps, a, b, x):
+    """∂I_x(a, b)/∂x = x^(a-1)·(1-x)^(b-1)/B(a, b), the beta density, with ``np.``/table calls
+    only (xlogy keeps the edges x = 0, 1 finite where the exponent is 0), so it differentiates
+    again. ``sps`` is scipy.special (this module does not import it).
+
+    Example:
+        >>> import scipy.special as sps
+        >>> round(float(beta_density(sps, 2.0, 3.0, 0.5)), 12)   # 12·x(1-x)²
+        1.5
+    """
+    return np.exp(sps.xlogy(a - 1.0, x) + sps.xlog1py(b - 1.0, -x) - sps.betaln(a, b))
 
 
 def _betainc_shape_error(param):
@@ -376,7 +383,7 @@ def _register_betainc(sps):
             if needs[k]:
                 raise _betainc_shape_error(param)
         y = betainc(a, b, x, **kw)
-        return y, lambda g: (None, None, unbroadcast(g * _betainc_density(sps, a, b, x),
+        return y, lambda g: (None, None, unbroadcast(g * beta_density(sps, a, b, x),
                                                      shape_of(x)))
 
     @frule(betainc, lanes=True)
@@ -389,4 +396,4 @@ def _register_betainc(sps):
         dx = tangents[2]
         if dx is None:
             return y, None
-        return y, align(dx, len(shape_of(y))) * _betainc_density(sps, a, b, x)
+        return y, align(dx, len(shape_of(y))) * beta_density(sps, a, b, x)

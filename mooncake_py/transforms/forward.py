@@ -9,9 +9,9 @@ from ..config import current_config
 from ..core import fp_warnings
 from ..core.arguments import (
     check_args,
+    check_list_argument,
     fname,
     is_float_leaf,
-    list_argument_error,
     norm_argnums,
 )
 from ..core.pytree import flatten, ravel_pytree
@@ -56,11 +56,9 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
     try:
         return jvp_seeded(f, tag, args, has_aux)
     except (TypeError, AttributeError) as e:
-        err = list_argument_error(f, primals, [i for i, t in enumerate(tangents)
+        check_list_argument(f, primals, [i for i, t in enumerate(tangents)
                                                if t is not None], e)
-        if err is None:
-            raise
-        raise err from e
+        raise
     finally:
         fp_warnings.leave(token)
 

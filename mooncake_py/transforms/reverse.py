@@ -9,10 +9,10 @@ from ..core import array_module as am
 from ..core import fp_warnings
 from ..core.arguments import (
     check_args,
+    check_list_argument,
     fname,
     gc_paused,
     is_float_leaf,
-    list_argument_error,
     norm_argnums,
     plain,
     split_aux,
@@ -79,10 +79,8 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
                     check_scalar(f, y)
                     grads = tr.structure(tape.gradient(y, tr.entry))
                 except (TypeError, AttributeError) as e:
-                    err = list_argument_error(f, args, nums, e)
-                    if err is None:
-                        raise
-                    raise err from e
+                    check_list_argument(f, args, nums, e)
+                    raise
                 finally:
                     tape.close()  # a tracked value f saved somewhere raises if used later
         finally:
@@ -222,10 +220,8 @@ def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,
     try:
         y = f(*tr.args, **kwargs)
     except (TypeError, AttributeError) as e:
-        err = list_argument_error(f, args, nums, e)
-        if err is None:
-            raise
-        raise err from e
+        check_list_argument(f, args, nums, e)
+        raise
     finally:
         fp_warnings.leave(token)
     if has_aux:

@@ -130,6 +130,10 @@ def _psd(dev, cov, dim, public):
         maha, logdet = _maha_logdet(dev if dev is not None else np.zeros((1, dim)), cov, dim,
                                     False, public)
         return (maha if dev is not None else None), logdet, rank, None
+    if rank == 0:  # a zero covariance: every point is off its (empty) range, as in SciPy
+        lead = None if dev is None else shape_of(dev)[:-1]
+        return (None if dev is None else np.zeros(lead)), 0.0, 0, \
+            (None if dev is None else np.ones(lead, dtype=bool))
     if nd < 2:
         safe = np.where(keep, np.broadcast_to(cov, (dim,)) if nd else cov * np.ones(dim), 1.0)
         logdet = np.sum(np.where(keep, np.log(safe), 0.0))
