@@ -827,11 +827,11 @@ def _pad_composite(array, pad_width, mode="constant", **kwargs):
     Example:
         >>> import numpy as np, mooncake_py as mp
         >>> f = lambda x: np.sum(np.pad(x, 2, mode="linear_ramp", end_values=1.0))
-        >>> mp.grad(f)(np.array([2.0, 3.0]))    # each edge ramps over 2 entries: 1 + 1/2
-        array([2.5, 2.5])
+        >>> mp.grad(f)(np.array([2.0, 3.0]))    # pads end, end + (edge - end)/2: 1 + 1/2
+        array([1.5, 1.5])
         >>> g = lambda x: np.sum(np.pad(x, 1, mode="reflect", reflect_type="odd") ** 2)
-        >>> mp.grad(g)(np.array([1.0, 2.0, 4.0]))   # pads 2*1-2 = 0 and 2*4-2 = 6
-        array([ 2., 12., 32.])
+        >>> mp.grad(g)(np.array([1.0, 2.0, 4.0]))   # pads 2·1 - 2 = 0 and 2·4 - 2 = 6
+        array([ 2., -8., 32.])
     """
     if mode == "linear_ramp":
         return _pad_linear_ramp(array, pad_width, kwargs)
