@@ -56,7 +56,10 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
         # NumPy warnings raised by rules and the sweep name the user's line, not the library's
-        token = fp_warnings.enter()
+        # (fp_warnings.enter written out: this is the fixed cost of every gradient)
+        seen, ours = fp_warnings.cache
+        token = fp_warnings.switch(ours) if fp_warnings.get() is seen and ours is not None \
+            else fp_warnings.enter()
         try:
             if fast is not None:
                 if single:
@@ -84,7 +87,8 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
                 finally:
                     tape.close()  # a tracked value f saved somewhere raises if used later
         finally:
-            fp_warnings.leave(token)
+            if token is not None:
+                fp_warnings.reset(token)
         if has_aux:
             return (unwrap_out(y), plain(aux)), grads[0] if single else tuple(grads)
         return unwrap_out(y), grads[0] if single else tuple(grads)

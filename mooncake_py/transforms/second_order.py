@@ -144,7 +144,10 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 "mp.hessian(f)(x) for the whole matrix).")
         *args, v = args_and_v
         # NumPy warnings raised by rules and the sweep name the user's line, not the library's
-        token = fp_warnings.enter()
+        # (fp_warnings.enter written out: the fixed cost of every HVP)
+        seen, ours = fp_warnings.cache
+        token = fp_warnings.switch(ours) if fp_warnings.get() is seen and ours is not None \
+            else fp_warnings.enter()
         try:
             if fast:
                 hv = _fast_hvp(f, argnums, args, v, kwargs)
@@ -162,7 +165,8 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 "hessp(x, p, *args) with the direction second: pass hessp=mp.hessp(f) "
                 "instead.") from None
         finally:
-            fp_warnings.leave(token)
+            if token is not None:
+                fp_warnings.reset(token)
         hv = hv[0] if isinstance(argnums, int) else hv
         return (hv, value[1]) if has_aux else hv
     return hvp_f
