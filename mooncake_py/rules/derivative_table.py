@@ -214,12 +214,13 @@ BY_UFUNC = {e.ufunc: e for e in TABLE.values()}
 # with special functions that are themselves entries (Bessel recurrences, polygamma(n+1) for
 # polygamma(n)), so nested derivatives of any order stay inside the table.
 SCIPY_UFUNCS = frozenset(
-    ["expit", "logit", "log_expit", "erf", "erfc", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri", "gammaln", "loggamma", "psi", "digamma", "gamma", "rgamma", "gammasgn", "i0", "i1", "i0e", "i1e", "j0", "j1", "y0", "y1", "entr", "xlogy", "xlog1py", "betaln", "beta", "rel_entr", "kl_div", "gammainc", "gammaincc", "iv", "ive", "kv", "jv", "yv", "yn"])
+    ["expit", "logit", "log_expit", "erf", "erfc", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri", "gammaln", "loggamma", "psi", "digamma", "gamma", "rgamma", "i0", "i1", "i0e", "i1e", "j0", "j1", "y0", "y1", "entr", "xlogy", "xlog1py", "betaln", "beta", "rel_entr", "kl_div", "gammainc", "gammaincc", "iv", "ive", "kv", "jv", "yv", "yn"])
 """The scipy.special ufuncs the table covers (re-exported by mooncake_py.scipy.special)."""
 
-SCIPY_RULED_UFUNCS = frozenset(["betainc"])
-"""scipy.special ufuncs with rules of their own, registered when the scipy section loads (three
-inputs: no table entry); re-exported by mooncake_py.scipy.special too."""
+SCIPY_RULED_UFUNCS = frozenset(["betainc", "gammasgn"])
+"""scipy.special ufuncs with rules of their own (betainc: three inputs) or none (gammasgn: zero
+derivative), registered when the scipy section loads; re-exported by mooncake_py.scipy.special
+too."""
 
 # Inputs without a derivative, by scipy's parameter name: an order, or gammainc's shape (its
 # derivative in the shape has no cheap accurate closed form).
@@ -278,8 +279,7 @@ def load_scipy():
         erf=sps.erf, erfc=sps.erfc, expit=sps.expit, digamma=sps.digamma, lgamma=sps.gammaln,
         trigamma=lambda a: POLYGAMMA[0](1, a), tetragamma=lambda a: POLYGAMMA[0](2, a),
         i0e=sps.i0e, i1e=sps.i1e, i0=sps.i0, i1=sps.i1, j0=sps.j0, j1=sps.j1, y0=sps.y0,
-        y1=sps.y1, iv=sps.iv, ive=sps.ive, kv=sps.kv, jv=sps.jv, yv=sps.yv, yn=sps.yn,
-        gammasgn=sps.gammasgn)
+        y1=sps.y1, iv=sps.iv, ive=sps.ive, kv=sps.kv, jv=sps.jv, yv=sps.yv, yn=sps.yn)
     before = set(TABLE)
     _scipy_section(sps)
     new = [e for n, e in TABLE.items() if n not in before]
@@ -324,7 +324,6 @@ def _scipy_section(sps):
     _entry(sps.rgamma, "rgamma(a)", ["-y*digamma(a)"],
            ["y*(digamma(a)*digamma(a)-trigamma(a))"])
     _entry(sps.entr, "entr(a)", ["-log(a)-1"], ["-1/a"])
-    _entry(sps.gammasgn, "gammasgn(a)", ["0"], ["0"])  # the sign of Γ: piecewise constant
     # Bessel functions: I0' = I1, I1' = (I0 + I2)/2, J1' = (J0 - J2)/2, ...; the exponentially
     # scaled e^(-|a|)·I_v add -sign(a)·y per derivative.
     _entry(sps.i0, "i0(a)", ["i1(a)"], ["0.5*(y+iv(2,a))"])

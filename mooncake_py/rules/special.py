@@ -24,7 +24,7 @@ from . import derivative_table
 from .broadcasting import shape_of, unbroadcast
 from .lanes import align
 from .reductions import dtype_of, expand_reduced, lane_axes, normalize_axis, slice_rank
-from .registry import _has_wrapper, frule, primitive, rrule, stop_gradient
+from .registry import _has_wrapper, frule, primitive, rrule, stop_gradient, zero_derivative
 
 __all__ = ["logsumexp", "softmax", "log_softmax", "polygamma", "multigammaln"]
 
@@ -364,6 +364,11 @@ def _betainc_shape_error(param):
         "only (the derivatives in a and b are series with no cheap accurate closed form). Pass "
         f"a plain number or array for {param!r}, or wrap it in mp.stop_gradient(...) if its "
         "derivative may be dropped.")
+
+
+@derivative_table.on_scipy_load
+def _register_gammasgn(sps):
+    zero_derivative(sps.gammasgn)  # the sign of Γ: piecewise constant
 
 
 @derivative_table.on_scipy_load
