@@ -18,7 +18,7 @@ from .config import current_config
 from .core.arguments import fname, is_float_leaf, leaf_error
 from .core.pytree import flatten, ravel_pytree
 from .errors import TangentError
-from .transforms.second_order import DEFAULT_CHUNK, hvp
+from .transforms.second_order import DEFAULT_CHUNK, cast_direction, hvp
 from .transforms.transformed import Transformed
 
 
@@ -32,6 +32,8 @@ def _direction(f, x, p):
             f"the direction given for the Hessian of {fname(f)} has dtype {p.dtype}; it must be "
             f"real (it is cast to x's dtype {x.dtype}). Complex Hessian products are not "
             "supported.")
+    if kind == "f":
+        return cast_direction(f, x, p)  # the rule of mp.hvp (checks the float32 range)
     return p if p.dtype == x.dtype else p.astype(x.dtype)
 
 

@@ -105,8 +105,8 @@ def test_direct_path_errors_and_recovery():
         mp.hvp(lambda x: x ** 2)(x, x)
     with pytest.raises(TangentError):
         mp.hvp(np.sum)(x, np.ones(4))            # wrong shape: the general path's error
-    with pytest.raises(TangentError):
-        mp.hvp(np.sum)(x, np.ones(3, np.float32))
+    with pytest.raises(TangentError):  # (a float32 direction is cast: docs/conventions.md)
+        mp.hvp(np.sum)(x, np.ones(3, np.complex128))
     with pytest.raises(NonDifferentiableInputError):
         mp.hvp(np.sum)(np.ones(3, int), np.ones(3))
 

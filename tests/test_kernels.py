@@ -44,6 +44,10 @@ def _interval(lo, hi):
     return lambda rng, n: rng.uniform(lo, hi, n)
 
 
+def _orders(hi=4):
+    return lambda rng, n: rng.integers(0, hi, n).astype(float)
+
+
 DOMAINS = {
     "sqrt": _pos(), "cbrt": _real(1e-6, 1e6), "reciprocal": _real(1e-6, 1e6),
     "log": _pos(), "log2": _pos(), "log10": _pos(), "log1p": _interval(-0.999, 1e3),
@@ -72,6 +76,7 @@ BINARY_DOMAINS = {
     "rel_entr": (_pos(1e-3, 1e3), _pos(1e-3, 1e3)), "kl_div": (_pos(1e-3, 1e3), _pos(1e-3, 1e3)),
     "gammainc": (_pos(1e-2, 1e2), _pos(1e-3, 1e3)), "gammaincc": (_pos(1e-2, 1e2), _pos(1e-3, 1e3)),
     **{n: (_interval(0.0, 5.0), _pos(1e-3, 1e3)) for n in ("iv", "ive", "kv", "jv", "yv")},
+    "yn": (_orders(), _pos(1e-2, 1e2)),  # an integer order
 }
 FLOAT32_SUBSET = ["sin", "tanh", "exp", "log", "sqrt", "multiply", "power", "divide", "maximum"]
 
@@ -226,6 +231,7 @@ def _fd_inputs(entry, shape):
                                                           "kl_div", "gammainc", "gammaincc")},
               **{n: (_interval(0.2, 2.5), _pos(0.5, 3)) for n in ("iv", "ive", "kv", "jv",
                                                                  "yv")},
+              "yn": (_orders(), _pos(0.5, 3)),
               }.get(entry.name, (_real(0.3, 3), _real(0.3, 3)))
     n = int(np.prod(shape))
     return [sa(rng, n).reshape(shape), sb(rng, shape[-1])]  # b broadcasts along rows

@@ -238,6 +238,47 @@ def check_args(f, args, nums):
                 check_leaf_kind(f, i, leaf, "" if tree.kind == "leaf" else f" (leaf {j})")
 
 
+def _is_number_leaf(x):
+    if type(x) in (float, int, complex):
+        return True
+    return getattr(x, "shape", None) == () and getattr(x, "dtype", None) is not None
+
+
+def check_list_argument(f, args, nums, exc):
+    """Raise, from ``exc`` (a ``TypeError`` or ``AttributeError`` that ``f`` raised), the named
+    error that says what to pass when a differentiated argument is a list or tuple of numbers;
+    return (for the caller to re-raise ``exc``) otherwise.
+
+    Arguments are pytrees: ``[1.0, 2.0]`` is a container of two scalar leaves (its gradient is
+    a list of two), not a vector, so ``f`` receives a list and ``x ** 2`` or ``x.shape`` fails
+    inside it with a message about lists that does not say what to pass.
+
+    Example:
+        >>> import numpy as np
+        >>> f = lambda x: np.sum(x ** 2)
+        >>> check_list_argument(f, (np.ones(2),), (0,), TypeError("other"))  # nothing to say
+        >>> check_list_argument(f, ([1.0, 2.0],), (0,), TypeError("unsupported operand"))
+        Traceback (most recent call last):
+        ...
+        mooncake_py.errors.ArgumentError: <lambda> raised TypeError: unsupported operand. ...
+    """
+    for i in nums:
+        a = args[i]
+        if type(a) not in _SEQ or not a:
+            continue
+        leaves, _ = flatten(a)
+        if not all(map(_is_number_leaf, leaves)):
+            continue
+        kind = type(a).__name__
+        raise ArgumentError(
+            f"{fname(f)} raised {type(exc).__name__}: {exc}. Its argument {i} is a {kind} of "
+            f"{len(leaves)} numbers: mooncake_py takes a {kind} as a container of separate "
+            f"scalar leaves (its gradient is a {kind} of scalars too), so {fname(f)} received "
+            f"the {kind} itself, not an array. To differentiate it as one array, pass "
+            f"np.array([...]) (np.asarray(x, dtype=float)); to keep the {kind}, index it "
+            f"(x[0] * x[1]) or stack it inside {fname(f)} (np.stack(x)).") from exc
+
+
 def _is_index(i):
     return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
 

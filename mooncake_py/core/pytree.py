@@ -177,6 +177,8 @@ def ravel_pytree(tree: Any) -> tuple[Any, Callable[[Any], Any]]:
     dtype; non-float leaves (integers, strings, None) are constants and come back unchanged.
     ``unravel`` is built from indexing and reshapes, so it is differentiable: ``f(unravel(v))``
     can be passed to ``mp.grad``, ``mp.hessian`` or :func:`mooncake_py.hessian_operator`.
+    ``unravel(d)`` of a flat direction is a direction for ``mp.hvp``/``mp.jvp`` at ``tree``: the
+    constant leaves it keeps count as no direction.
 
     Example:
         >>> import numpy as np, mooncake_py as mp
@@ -190,6 +192,8 @@ def ravel_pytree(tree: Any) -> tuple[Any, Callable[[Any], Any]]:
         >>> H = mp.hessian(lambda p: np.sum(p["w"] ** 2) * p["n"])(params)  # (6, 6), flat order
         >>> np.diag(H)
         array([6., 6., 6., 6., 0., 0.])
+        >>> mp.hvp(lambda p: np.sum(p["b"] ** 2) * p["n"])(params, unravel(np.ones(6)))["b"]
+        array([6., 6.])
     """
     leaves, treedef = flatten(tree)
     floats = [i for i, leaf in enumerate(leaves) if _is_float_leaf(leaf)]

@@ -25,6 +25,19 @@ def lane_count(tangents):
     raise TangentError("lanes=True but every tangent is None: there is no direction to push.")
 
 
+def _constant_direction(x, v):
+    """Whether ``v``, given as the direction of leaf ``x`` of a container, is no direction: ``x``
+    is a constant (an integer, boolean or other non-float leaf, as in every transformation) and
+    ``v`` is ``x`` itself or not floating point either, as ``unravel(v)`` of
+    :func:`mooncake_py.ravel_pytree` gives (it keeps the tree's constant leaves). A float
+    direction for such a leaf still raises: it asks for a derivative there."""
+    if is_float_leaf(x):
+        return False
+    if v is x:
+        return True
+    return not is_float_leaf(v) and type(v) is not int
+
+
 def seed(f, primals, tangents, lanes):
     """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
@@ -50,7 +63,7 @@ def seed(f, primals, tangents, lanes):
         paths = leaf_paths(p)
         new = []
         for x, v, path in zip(pl, tl, paths):
-            if v is None:
+            if v is None or ptree.kind != "leaf" and _constant_direction(x, v):
                 new.append(x)
                 continue
             if type(x) is not np.ndarray:

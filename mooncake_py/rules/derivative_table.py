@@ -110,7 +110,10 @@ def numpy_division(expr):
 def _compile_np(expr, nin):
     """A NumPy function ``(a[, b], y) -> value`` for one expression."""
     params = "a, y" if nin == 1 else "a, b, y"
-    return eval(f"lambda {params}: {numpy_division(expr)}", dict(NP_VOCABULARY))
+    # named so that a NumPy warning raised in it is seen as the library's (core/fp_warnings.py)
+    code = compile(f"lambda {params}: {numpy_division(expr)}", "<mooncake_py derivative table>",
+                   "eval")
+    return eval(code, dict(NP_VOCABULARY))
 
 
 TABLE = {}
@@ -211,16 +214,31 @@ BY_UFUNC = {e.ufunc: e for e in TABLE.values()}
 # with special functions that are themselves entries (Bessel recurrences, polygamma(n+1) for
 # polygamma(n)), so nested derivatives of any order stay inside the table.
 SCIPY_UFUNCS = frozenset(
-    ["expit", "logit", "log_expit", "erf", "erfc", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri", "gammaln", "loggamma", "psi", "digamma", "gamma", "rgamma", "i0", "i1", "i0e", "i1e", "j0", "j1", "y0", "y1", "entr", "xlogy", "xlog1py", "betaln", "beta", "rel_entr", "kl_div", "gammainc", "gammaincc", "iv", "ive", "kv", "jv", "yv"])
+    ["expit", "logit", "log_expit", "erf", "erfc", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri", "gammaln", "loggamma", "psi", "digamma", "gamma", "rgamma", "i0", "i1", "i0e", "i1e", "j0", "j1", "y0", "y1", "entr", "xlogy", "xlog1py", "betaln", "beta", "rel_entr", "kl_div", "gammainc", "gammaincc", "iv", "ive", "kv", "jv", "yv", "yn"])
 """The scipy.special ufuncs the table covers (re-exported by mooncake_py.scipy.special)."""
+
+SCIPY_RULED_UFUNCS = frozenset(["betainc", "gammasgn"])
+"""scipy.special ufuncs with rules of their own (betainc: three inputs) or none (gammasgn: zero
+derivative), registered when the scipy section loads; re-exported by mooncake_py.scipy.special
+too."""
 
 # Inputs without a derivative, by scipy's parameter name: an order, or gammainc's shape (its
 # derivative in the shape has no cheap accurate closed form).
 _CONSTANT_PARAMS = {"gammainc": "a", "gammaincc": "a", "iv": "v", "ive": "v", "kv": "v",
-                    "jv": "v", "yv": "v"}
+                    "jv": "v", "yv": "v", "yn": "n"}
 
 _SCIPY = []   # [scipy.special or None] once loaded
 _ON_NEW = []  # callbacks registering rules for new entries (rules and dual layers)
+_ON_LOAD = []  # callbacks registering rules of scipy.special ufuncs outside the table
+
+
+def on_scipy_load(register):
+    """Call ``register(scipy.special)`` once the scipy section loads (now, if it has), for the
+    rules of scipy.special ufuncs that are not table entries. Returns ``register``."""
+    _ON_LOAD.append(register)
+    if _SCIPY and _SCIPY[0] is not None:
+        register(_SCIPY[0])
+    return register
 
 
 def on_new_entries(register):
@@ -261,7 +279,7 @@ def load_scipy():
         erf=sps.erf, erfc=sps.erfc, expit=sps.expit, digamma=sps.digamma, lgamma=sps.gammaln,
         trigamma=lambda a: POLYGAMMA[0](1, a), tetragamma=lambda a: POLYGAMMA[0](2, a),
         i0e=sps.i0e, i1e=sps.i1e, i0=sps.i0, i1=sps.i1, j0=sps.j0, j1=sps.j1, y0=sps.y0,
-        y1=sps.y1, iv=sps.iv, ive=sps.ive, kv=sps.kv, jv=sps.jv, yv=sps.yv)
+        y1=sps.y1, iv=sps.iv, ive=sps.ive, kv=sps.kv, jv=sps.jv, yv=sps.yv, yn=sps.yn)
     before = set(TABLE)
     _scipy_section(sps)
     new = [e for n, e in TABLE.items() if n not in before]
@@ -269,6 +287,8 @@ def load_scipy():
     _SCIPY.append(sps)
     for register in _ON_NEW:
         register(new)
+    for register in _ON_LOAD:
+        register(sps)
     return sps
 
 
@@ -351,4 +371,7 @@ def _scipy_section(sps):
     _entry(sps.jv, "jv(a,b)", ["0", "0.5*(jv(a-1,b)-jv(a+1,b))"],
            ["0", "0", "0.25*(jv(a-2,b)-2*y+jv(a+2,b))"], constant=(0,))
     _entry(sps.yv, "yv(a,b)", ["0", "0.5*(yv(a-1,b)-yv(a+1,b))"],
+           ["0", "0", "0.25*(yv(a-2,b)-2*y+yv(a+2,b))"], constant=(0,))
+    # integer order n: Y_n' = (Y_{n-1} - Y_{n+1})/2, written with yv (any order, the same values)
+    _entry(sps.yn, "yn(a,b)", ["0", "0.5*(yv(a-1,b)-yv(a+1,b))"],
            ["0", "0", "0.25*(yv(a-2,b)-2*y+yv(a+2,b))"], constant=(0,))

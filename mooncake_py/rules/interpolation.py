@@ -26,10 +26,12 @@ Example:
     -3.289868
 """
 import math
+import warnings
 
 import numpy as np
 
 from ..core import array_module as am
+from ..errors import MissingRuleError
 from .broadcasting import shape_of
 from .differences import as_array
 from .registry import composite, frule, primitive, rrule
@@ -83,6 +85,58 @@ def _polyval(p, x):
     for i in range(shape_of(p)[0]):
         y = y * x + p[i]
     return y
+
+
+# --- np.polyfit -----------------------------------------------------------------------------------
+@composite(np.polyfit)
+def _polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """NumPy's own least squares, step by step: the Vandermonde matrix (weighted by ``w``), its
+    columns scaled to unit norm, np.linalg.lstsq, and the scale divided out. Every step has a
+    rule, so the coefficients differentiate in ``x``, ``y`` and ``w``, to every order (the
+    lstsq rules assume full column rank, which polyfit also needs for a unique fit).
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> x = np.array([0.0, 1.0, 2.0, 3.0])
+        >>> mp.grad(lambda y: np.polyfit(x, y, 1)[0])(np.array([1.0, 2.0, 2.0, 4.0]))
+        array([-0.3, -0.1,  0.1,  0.3])
+    """
+    if full or cov:
+        raise MissingRuleError(
+            f"np.polyfit with {'full=True' if full else 'cov=' + repr(cov)} has no rule in "
+            "mooncake_py: only the coefficients (full=False, cov=False) are differentiated. For "
+            "the residuals, compute them from the fit: r = y - np.polyval(p, x); for the "
+            "covariance, from the scaled Vandermonde matrix (np.linalg.inv(V.T @ V) * "
+            "np.sum(r ** 2) / (len(x) - deg - 1)).")
+    order = int(deg) + 1
+    x, y = as_array(x) + 0.0, as_array(y) + 0.0
+    if deg < 0:
+        raise ValueError("expected deg >= 0")
+    if len(shape_of(x)) != 1:
+        raise TypeError("expected 1D vector for x")
+    if shape_of(x)[0] == 0:
+        raise TypeError("expected non-empty vector for x")
+    if len(shape_of(y)) not in (1, 2):
+        raise TypeError("expected 1D or 2D array for y")
+    if shape_of(x)[0] != shape_of(y)[0]:
+        raise TypeError("expected x and y to have same length")
+    if rcond is None:
+        rcond = shape_of(x)[0] * np.finfo(np.result_type(x)).eps
+    lhs, rhs = np.vander(x, order), y
+    if w is not None:
+        w = as_array(w) + 0.0
+        if len(shape_of(w)) != 1:
+            raise TypeError("expected a 1-d array for weights")
+        if shape_of(w)[0] != shape_of(y)[0]:
+            raise TypeError("expected w and y to have the same length")
+        lhs = lhs * w[:, np.newaxis]
+        rhs = rhs * (w[:, np.newaxis] if len(shape_of(rhs)) == 2 else w)
+    scale = np.sqrt(np.sum(lhs * lhs, axis=0))  # to improve the condition number, as NumPy
+    c, _, rank, _ = np.linalg.lstsq(lhs / scale, rhs, rcond)
+    if rank != order:
+        warnings.warn("Polyfit may be poorly conditioned", np.exceptions.RankWarning,
+                      stacklevel=4)
+    return (c.T / scale).T
 
 
 # --- np.sinc --------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from ..errors import MissingRuleError, MutationError
 from .broadcasting import shape_of, unbroadcast
 from .cotangents import scatter_add
 from .lanes import align, nlanes, shift_axis
-from .registry import RRULES, composite, fn_name, frule, rrule, zero_derivative
+from .registry import RRULES, composite, fn_name, frule, primitive, rrule, zero_derivative
 
 
 def linear_in_first(fn):
@@ -757,10 +757,10 @@ def _pad_mode_supported(mode, direction, kwargs):
     raise MissingRuleError(
         f"mooncake_py has no {direction}-mode rule for np.pad with mode={mode!r}"
         f"{', reflect_type=' + repr(kwargs['reflect_type']) if 'reflect_type' in kwargs else ''}: "
-        "supported are mode='constant' (constant constant_values), 'empty', and 'edge', "
-        "'reflect', 'symmetric', 'wrap' (reflect_type='even'). Build other paddings from slices "
-        "of the array, e.g. for a 1-D x: np.concatenate([2 * x[:1] - x[n:0:-1], x]) (an odd "
-        "reflection); those are differentiated.")
+        "supported are mode='constant' (constant constant_values), 'empty', 'edge', 'wrap', "
+        "'linear_ramp' (constant end_values), and 'reflect', 'symmetric' (either "
+        "reflect_type). Build other paddings from slices of the array, e.g. np.concatenate([x, "
+        "np.full(k, np.max(x))]) for mode='maximum'; those are differentiated.")
 
 
 def _pad_source(shape, pad_width, mode, kwargs):
@@ -769,7 +769,15 @@ def _pad_source(shape, pad_width, mode, kwargs):
     return np.pad(np.arange(math.prod(shape)).reshape(shape), pad_width, mode, **kwargs)
 
 
-@linear_in_first(np.pad)
+def _pad_by_rule(array, pad_width, mode="constant", **kwargs):
+    return np.pad(array, pad_width, mode, **kwargs)
+
+
+# np.pad itself is a composite (below): the modes with rules of their own go through this
+_pad_ruled = primitive(_pad_by_rule)
+
+
+@linear_in_first(_pad_ruled)
 def _pad(array, pad_width, mode="constant", **kwargs):
     """np.pad: constant/empty modes slice the cotangent; gather modes (edge, reflect, symmetric,
     wrap) add it back onto the entries each padded entry copies.
@@ -791,7 +799,7 @@ def _pad(array, pad_width, mode="constant", **kwargs):
     return y, lambda g: g[key]
 
 
-@frule(np.pad, lanes=True)
+@frule(_pad_ruled, lanes=True)
 def _pad_f(primals, tangents, **kwargs):
     array, pad_width, *rest = primals
     mode = rest[0] if rest else kwargs.get("mode", "constant")
@@ -808,6 +816,100 @@ def _pad_f(primals, tangents, **kwargs):
         return y, np.reshape(np.reshape(dx, (k, -1))[:, np.ravel(src)], (k,) + src.shape)
     # The padding is constant (or, for 'empty', arbitrary): its tangent is zero either way.
     return y, np.pad(dx, [(0, 0)] + _pad_pairs(pad_width, len(shape)))
+
+
+@composite(np.pad)
+def _pad_composite(array, pad_width, mode="constant", **kwargs):
+    """np.pad: ``linear_ramp`` and ``reflect_type='odd'`` (affine in the array) built axis by
+    axis from indexing, products and concatenation as NumPy builds them, so every mode and
+    order differentiates them; every other mode is the rule-backed :func:`_pad_ruled`.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: np.sum(np.pad(x, 2, mode="linear_ramp", end_values=1.0))
+        >>> mp.grad(f)(np.array([2.0, 3.0]))    # pads end, end + (edge - end)/2: 1 + 1/2
+        array([1.5, 1.5])
+        >>> g = lambda x: np.sum(np.pad(x, 1, mode="reflect", reflect_type="odd") ** 2)
+        >>> mp.grad(g)(np.array([1.0, 2.0, 4.0]))   # pads 2·1 - 2 = 0 and 2·4 - 2 = 6
+        array([ 2., -8., 32.])
+    """
+    if mode == "linear_ramp":
+        return _pad_linear_ramp(array, pad_width, kwargs)
+    if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") == "odd":
+        return _pad_odd(array, pad_width, mode == "symmetric", kwargs)
+    return _pad_ruled(array, pad_width, mode, **kwargs)
+
+
+def _along(axis, key):
+    return (slice(None),) * axis + (key,)
+
+
+def _pad_extra_check(mode, kwargs, allowed):
+    extra = set(kwargs) - set(allowed)
+    if extra:
+        raise MissingRuleError(
+            f"np.pad with mode={mode!r} takes {', '.join(allowed)} only; got {sorted(extra)}.")
+
+
+def _pad_linear_ramp(array, pad_width, kwargs):
+    """Per axis, as NumPy pads: each padded entry is ``end + (edge - end)·t`` with ``t`` the
+    ramp from 0 at the end to 1 next to the edge, i.e. a gather of the edge times ``t`` plus a
+    constant."""
+    _pad_extra_check("linear_ramp", kwargs, ("end_values",))
+    shape = shape_of(array)
+    nd = len(shape)
+    ends = np.broadcast_to(np.asarray(kwargs.get("end_values", 0)), (nd, 2))
+    dt = np.result_type(array)
+    real = np.empty(0, dt).real.dtype
+    out = array
+    for axis, ((b, a), n) in enumerate(zip(_pad_pairs(pad_width, nd), shape)):
+        if b == 0 and a == 0:
+            continue
+        src = np.pad(np.arange(n), (b, a), "edge")
+        t = np.pad(np.ones(n, real), (b, a), "linear_ramp", end_values=0)
+        c = np.pad(np.zeros(n, dt), (b, a), "linear_ramp", end_values=tuple(ends[axis]))
+        bshape = (-1,) + (1,) * (nd - 1 - axis)
+        out = out[_along(axis, src)] * np.reshape(t, bshape) + np.reshape(c.astype(dt), bshape)
+    return out
+
+
+def _pad_odd(array, pad_width, symmetric, kwargs):
+    """``reflect``/``symmetric`` with ``reflect_type='odd'``: per axis, chunks ``2·edge -
+    mirrored entries`` added on both sides until the width is filled, in the chunks NumPy's
+    ``_set_reflect_both`` uses (so a width beyond one period reflects the padded values too)."""
+    _pad_extra_check("reflect" if not symmetric else "symmetric", kwargs, ("reflect_type",))
+    shape = shape_of(array)
+    out = array
+    eo = 1 if symmetric else 0
+    for axis, ((left, right), period) in enumerate(zip(_pad_pairs(pad_width, len(shape)),
+                                                         shape)):
+        if left == 0 and right == 0:
+            continue
+        if period == 1:  # NumPy extends a singleton axis with its edge (legacy behaviour)
+            widths = [(0, 0)] * len(shape)
+            widths[axis] = (left, right)
+            out = _pad_ruled(out, widths, "edge")
+            continue
+        while left > 0 or right > 0:
+            length = shape_of(out)[axis]
+            if symmetric:
+                old = length // period * period
+            else:
+                old = (length - 1) // (period - 1) * (period - 1)
+            parts = []
+            if left > 0:
+                c = min(old, left)
+                mirror = out[_along(axis, np.arange(c, 0, -1) - eo)]
+                parts.append(2 * out[_along(axis, slice(0, 1))] - mirror)
+                left -= c
+            parts.append(out)
+            if right > 0:
+                c = min(old, right)
+                mirror = out[_along(axis, np.arange(length - 2 + eo, length - 2 + eo - c, -1))]
+                parts.append(2 * out[_along(axis, slice(length - 1, length))] - mirror)
+                right -= c
+            out = np.concatenate(parts, axis=axis)
+    return out
 
 
 # --- functions whose outputs carry no derivative --------------------------------------------------

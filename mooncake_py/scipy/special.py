@@ -23,17 +23,17 @@ Example:
     >>> mp.grad(lambda x: np.sum(special.gammaln(x)))(np.array([1.0, 2.0]))
     array([-0.57721566,  0.42278434])
 """
-from ..rules.derivative_table import SCIPY_UFUNCS, load_scipy
+from ..rules.derivative_table import SCIPY_RULED_UFUNCS, SCIPY_UFUNCS, load_scipy
 from ..rules.special import *
 from ..rules.special import __all__ as _FUNCTIONS
 
-__all__ = [*_FUNCTIONS, *sorted(SCIPY_UFUNCS)]  # noqa: PLE0604  (names of the re-exported functions)
+__all__ = [*_FUNCTIONS, *sorted(SCIPY_UFUNCS | SCIPY_RULED_UFUNCS)]  # noqa: PLE0604  (names of the re-exported functions)
 
 
 def __getattr__(name):
     # The ufuncs are scipy's own objects; fetching one is the moment scipy is certainly needed,
     # so scipy.special is imported (and the table's scipy section registered) only here.
-    if name in SCIPY_UFUNCS:
+    if name in SCIPY_UFUNCS or name in SCIPY_RULED_UFUNCS:
         sps = load_scipy()
         if sps is None:
             raise AttributeError(f"mooncake_py.scipy.special.{name} needs scipy, which is not "

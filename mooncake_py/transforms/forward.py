@@ -6,8 +6,10 @@ from typing import Any
 import numpy as np
 
 from ..config import current_config
+from ..core import fp_warnings
 from ..core.arguments import (
     check_args,
+    check_list_argument,
     fname,
     is_float_leaf,
     norm_argnums,
@@ -50,7 +52,16 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
                [0., 1.]])
     """
     tag, args = seed(f, primals, tangents, lanes)
-    return jvp_seeded(f, tag, args, has_aux)
+    # NumPy warnings raised by frules name the user's line inside f, not the library's
+    token = fp_warnings.enter()
+    try:
+        return jvp_seeded(f, tag, args, has_aux)
+    except (TypeError, AttributeError) as e:
+        check_list_argument(f, primals, [i for i, t in enumerate(tangents)
+                                               if t is not None], e)
+        raise
+    finally:
+        fp_warnings.leave(token)
 
 
 # --- prepared caches --------------------------------------------------------------------------

@@ -6,8 +6,10 @@ from typing import Any
 import numpy as np
 
 from ..core import array_module as am
+from ..core import fp_warnings
 from ..core.arguments import (
     check_args,
+    check_list_argument,
     fname,
     gc_paused,
     is_float_leaf,
@@ -54,28 +56,40 @@ def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
-        if fast is not None:
-            if single:
-                r = _fast_value_and_grad_one(f, argnums, args, kwargs)
-                if r is not None:
-                    return r
-            else:
-                r = _fast_value_and_grad(f, fast, args, kwargs)
-                if r is not None:
-                    return r[0], tuple(r[1])
-        nums = norm_argnums(argnums, len(args), f)
-        am.module_of(*[args[i] for i in nums], what=what)
-        tape = Tape()
-        with gc_paused():
-            try:
-                tr = Tracked(f, args, nums, tape)
-                y = f(*tr.args, **kwargs)
-                if has_aux:
-                    y, aux = split_aux(f, y)
-                check_scalar(f, y)
-                grads = tr.structure(tape.gradient(y, tr.entry))
-            finally:
-                tape.close()  # a tracked value f saved somewhere raises if used later
+        # NumPy warnings raised by rules and the sweep name the user's line, not the library's
+        # (fp_warnings.enter written out: this is the fixed cost of every gradient)
+        seen, ours = fp_warnings.cache
+        token = fp_warnings.switch(ours) if fp_warnings.get() is seen and ours is not None \
+            else fp_warnings.enter()
+        try:
+            if fast is not None:
+                if single:
+                    r = _fast_value_and_grad_one(f, argnums, args, kwargs)
+                    if r is not None:
+                        return r
+                else:
+                    r = _fast_value_and_grad(f, fast, args, kwargs)
+                    if r is not None:
+                        return r[0], tuple(r[1])
+            nums = norm_argnums(argnums, len(args), f)
+            am.module_of(*[args[i] for i in nums], what=what)
+            tape = Tape()
+            with gc_paused():
+                try:
+                    tr = Tracked(f, args, nums, tape)
+                    y = f(*tr.args, **kwargs)
+                    if has_aux:
+                        y, aux = split_aux(f, y)
+                    check_scalar(f, y)
+                    grads = tr.structure(tape.gradient(y, tr.entry))
+                except (TypeError, AttributeError) as e:
+                    check_list_argument(f, args, nums, e)
+                    raise
+                finally:
+                    tape.close()  # a tracked value f saved somewhere raises if used later
+        finally:
+            if token is not None:
+                fp_warnings.reset(token)
         if has_aux:
             return (unwrap_out(y), plain(aux)), grads[0] if single else tuple(grads)
         return unwrap_out(y), grads[0] if single else tuple(grads)
@@ -203,7 +217,14 @@ def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,
     check_args(f, args, range(len(args)))
     nums = tuple(i for i in range(len(args)) if any(map(is_float_leaf, flatten(args[i])[0])))
     tr = Tracked(f, args, nums, tape)
-    y = f(*tr.args, **kwargs)
+    token = fp_warnings.enter()
+    try:
+        y = f(*tr.args, **kwargs)
+    except (TypeError, AttributeError) as e:
+        check_list_argument(f, args, nums, e)
+        raise
+    finally:
+        fp_warnings.leave(token)
     if has_aux:
         y, aux = split_aux(f, y)
     outs, ytree = flatten(y)
@@ -212,9 +233,11 @@ def vjp(f: Callable[..., Any], *args: Any, has_aux: bool = False,
         seeds, stree = flatten(ybar)
         check_seeds(f, outs, ytree, seeds, stree)
         tape.reopen()
+        token = fp_warnings.enter()
         try:
             cots = tr.structure(tape.gradient(outs, tr.entry, seeds=seeds))
         finally:
+            fp_warnings.leave(token)
             tape.close()
         full = [None] * len(args)
         for (i, *_), c in zip(tr.slots, cots):

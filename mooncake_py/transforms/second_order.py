@@ -14,6 +14,7 @@ import numpy as np
 
 from ..config import current_config
 from ..core import array_module as am
+from ..core import fp_warnings
 from ..core.arguments import check_args, fname, gc_paused, is_float_leaf, norm_argnums
 from ..core.pytree import flatten
 from ..dual.dual_array import DualArray, Tag
@@ -69,14 +70,53 @@ def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False, replaye
     return value, tuple(gs), tuple(hvs)
 
 
-def _split_v(f, argnums, v):
+def _split_v(f, argnums, v, args, nums):
+    """One direction per differentiated argument, each float leaf cast to its argument's
+    float dtype (:func:`cast_direction`)."""
     if isinstance(argnums, int):
-        return (v,)
-    if not isinstance(v, (tuple, list)) or len(v) != len(argnums):
+        vs = (v,)
+    elif not isinstance(v, (tuple, list)) or len(v) != len(argnums):
         raise TangentError(
             f"hvp of {fname(f)} with argnums={argnums!r}: v must be a tuple with one direction "
             f"per differentiated argument ({len(argnums)}), got {type(v).__name__}.")
-    return tuple(v)
+    else:
+        vs = tuple(v)
+    out = []
+    for i, d in zip(nums, vs):
+        xl, xtree = flatten(args[i])
+        dl, dtree = flatten(d)
+        if dtree == xtree:  # else seeding names the mismatch
+            d = dtree.unflatten([cast_direction(f, x, e) for x, e in zip(xl, dl)])
+        out.append(d)
+    return tuple(out)
+
+
+def cast_direction(f, x, d):
+    """Direction ``d`` of leaf ``x``, cast to x's dtype when both are real floating point of
+    different precisions (a float64 direction for float32 parameters, as SciPy passes them):
+    the product is computed in x's precision either way, so float32 stays float32. Anything
+    else is returned as it is, for seeding to accept or reject (integer directions are an
+    error in ``hvp``; :func:`mooncake_py.hessp` casts them, as SciPy probes with int8).
+
+    Example:
+        >>> import numpy as np
+        >>> cast_direction(print, np.ones(2, np.float32), np.array([0.1, 2.0])).dtype
+        dtype('float32')
+        >>> cast_direction(print, np.ones(2, np.float32), np.array([1, 2])).dtype  # unchanged
+        dtype('int64')
+    """
+    xdt, ddt = getattr(x, "dtype", None), getattr(d, "dtype", None)
+    if not isinstance(xdt, np.dtype) or not isinstance(ddt, np.dtype) or xdt == ddt \
+            or xdt.kind != "f" or ddt.kind != "f" or type(d) is DualArray:
+        return d  # (another library's array: seeding names it)
+    with np.errstate(over="ignore"):  # an overflow is the error raised below
+        c = d.astype(xdt)
+    if xdt.itemsize < ddt.itemsize and not np.array_equal(np.isfinite(c), np.isfinite(d)):
+        raise TangentError(
+            f"the direction given for {fname(f)} has dtype {ddt} and entries beyond the range "
+            f"of the argument's dtype {xdt}, to which it is cast; scale it down (the product "
+            "is linear in it).")
+    return c
 
 
 def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = False,
@@ -109,14 +149,19 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 "argument(s), so v is missing. Call mp.hvp(f)(x, v) with v shaped like x (or "
                 "mp.hessian(f)(x) for the whole matrix).")
         *args, v = args_and_v
+        # NumPy warnings raised by rules and the sweep name the user's line, not the library's
+        # (fp_warnings.enter written out: the fixed cost of every HVP)
+        seen, ours = fp_warnings.cache
+        token = fp_warnings.switch(ours) if fp_warnings.get() is seen and ours is not None \
+            else fp_warnings.enter()
         try:
             if fast:
                 hv = _fast_hvp(f, argnums, args, v, kwargs)
                 if hv is not _NOT_FAST:
                     return hv
             nums = norm_argnums(argnums, len(args), f)
-            value, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v), lanes,
-                                               kwargs, has_aux)
+            value, _, hv = _value_gradient_hvp(f, nums, args, _split_v(f, argnums, v, args, nums),
+                                               lanes, kwargs, has_aux)
         except TangentError as e:
             if len(args) < 2:
                 raise
@@ -125,6 +170,9 @@ def hvp(f: Callable[..., Any], argnums: int | Sequence[int] = 0, lanes: bool = F
                 f"argument (here a {type(v).__name__}). SciPy's minimize(..., hessp=) calls "
                 "hessp(x, p, *args) with the direction second: pass hessp=mp.hessp(f) "
                 "instead.") from None
+        finally:
+            if token is not None:
+                fp_warnings.reset(token)
         hv = hv[0] if isinstance(argnums, int) else hv
         return (hv, value[1]) if has_aux else hv
     return transformed(hvp_f, hvp, f, argnums, lanes, has_aux)
@@ -450,7 +498,7 @@ def _hvp_call(spec, f, v, args, rp):
     """value_and_hvp's general path, with the replayer ``rp`` (None: recorded)."""
     nums = spec.float_args
     if getattr(spec, "argnums", None) is not None:
-        vs = _split_v(f, spec.argnums, v)
+        vs = _split_v(f, spec.argnums, v, args, spec.order)
         by_pos = dict(zip(spec.order, vs))
         value, gs, hvs = _value_gradient_hvp(f, nums, args, tuple(by_pos[i] for i in nums),
                                              False, {}, replayer=rp)

@@ -102,6 +102,61 @@ def _singular(allow_singular, public, cause=None):
         f"factorisation failed.)") from cause
 
 
+def _psd(dev, cov, dim, public):
+    """SciPy's ``_PSD`` (``allow_singular=True``) on a tracked covariance: ``(maha, log
+    pdet, rank, outside)``, with ``maha`` None when ``dev`` is, and ``outside`` the mask of the
+    points off the covariance's range (SciPy's ``-inf``), or None.
+
+    The rank and the range come from the eigenvalues of the plain covariance, with SciPy's
+    cutoff; at full rank this is the Cholesky path of :func:`_maha_logdet`. Below it, the
+    covariance is taken on its range ``U`` (a constant basis): ``A = Uᵀ C U`` is positive
+    definite, ``log pdet = log det A`` and ``maha = |L⁻¹ Uᵀ dev|²`` with ``L`` A's Cholesky
+    factor. The derivatives are those along perturbations that keep the range (the only
+    directions in which the pseudo-determinant is continuous): ``tr(C⁺ dC)`` for the log
+    pseudo-determinant, and of every order along them. Only the lower triangle of a matrix
+    is read, as SciPy's ``eigh(lower=True)`` does.
+    """
+    nd = len(shape_of(cov))
+    c = _plain(cov)
+    s = np.linalg.eigh(np.tril(c) + np.tril(c, -1).T)[0] if nd == 2 else \
+        np.broadcast_to(c, (dim,))
+    t = np.result_type(c, np.float32).char.lower()
+    eps = {"f": 1e3, "d": 1e6}.get(t, 1e6) * np.finfo(t).eps * np.max(np.abs(s))
+    if np.min(s) < -eps:
+        raise ValueError("The input matrix must be symmetric positive semidefinite.")
+    keep = s > eps
+    rank = int(np.sum(keep))
+    if rank == dim:
+        maha, logdet = _maha_logdet(dev if dev is not None else np.zeros((1, dim)), cov, dim,
+                                    False, public)
+        return (maha if dev is not None else None), logdet, rank, None
+    if rank == 0:  # a zero covariance: every point is off its (empty) range, as in SciPy
+        lead = None if dev is None else shape_of(dev)[:-1]
+        return (None if dev is None else np.zeros(lead)), 0.0, 0, \
+            (None if dev is None else np.ones(lead, dtype=bool))
+    if nd < 2:
+        safe = np.where(keep, np.broadcast_to(cov, (dim,)) if nd else cov * np.ones(dim), 1.0)
+        logdet = np.sum(np.where(keep, np.log(safe), 0.0))
+        if dev is None:
+            return None, logdet, rank, None
+        maha = np.sum(np.where(keep, dev * dev / safe, 0.0), axis=-1)
+        off = _plain(dev)[..., ~keep]
+    else:
+        _, u = np.linalg.eigh(np.tril(c) + np.tril(c, -1).T)
+        ur = u[:, keep]
+        sym = np.tril(cov) + np.transpose(np.tril(cov, -1))
+        L = np.linalg.cholesky(np.transpose(ur) @ sym @ ur)
+        logdet = 2.0 * np.sum(np.log(np.diagonal(L)))
+        if dev is None:
+            return None, logdet, rank, None
+        lead = shape_of(dev)[:-1]
+        z = solve_triangular(L, np.transpose(ur) @ np.transpose(np.reshape(dev, (-1, dim))),
+                             lower=True)
+        maha = np.reshape(np.sum(z * z, axis=0), lead)
+        off = _plain(dev) @ u[:, ~keep]
+    return maha, logdet, rank, np.linalg.norm(off, axis=-1) >= 1e3 * eps
+
+
 def _squeeze(out):
     return np.squeeze(out)
 
@@ -118,6 +173,8 @@ class _MultivariateFrozen(Frozen):
         fn = getattr(self.dist, attr)
         names = inspect.signature(fn).parameters
         kw = {k: v for k, v in self.kwds.items() if k in names}
+        if "x" not in names:  # entropy(): the parameters only
+            return lambda **more: fn(**kw, **more)
         return lambda x, **more: fn(x, **kw, **more)
 
     def __getattr__(self, attr):
@@ -163,9 +220,32 @@ class multivariate_normal_gen(Distribution):
             return self.scipy.logpdf(x, mean, cov, allow_singular)
         dim, mean, cov = _params(mean, cov, "mean", "cov")
         x = _quantiles(x, dim)
+        if allow_singular:  # the pseudo-determinant and the range, as SciPy's _PSD
+            maha, logdet, rank, outside = _psd(x - mean, cov, dim, "multivariate_normal.logpdf")
+            out = -0.5 * (rank * LOG_2PI + logdet + maha)
+            if outside is not None and np.any(outside):
+                out = np.where(outside, -np.inf, out)
+            return _squeeze(out)
         maha, logdet = _maha_logdet(x - mean, cov, dim, allow_singular,
                                     "multivariate_normal.logpdf")
         return _squeeze(-0.5 * (dim * LOG_2PI + logdet + maha))
+
+    def entropy(self, mean=None, cov=1):
+        """Differential entropy ``(rank·(1 + log 2π) + log pdet cov) / 2``; SciPy's signature
+        (a singular covariance is allowed, as in SciPy: its pseudo-determinant and rank).
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> from mooncake_py.scipy import stats
+            >>> mp.grad(lambda C: stats.multivariate_normal.entropy(cov=C))(np.diag([2.0, 4.0]))
+            array([[0.25 , 0.   ],
+                   [0.   , 0.125]])
+        """
+        if not tracked(mean, cov):
+            return self.scipy.entropy(mean, cov)
+        dim, mean, cov = _params(mean, cov, "mean", "cov")
+        _, logdet, rank, _ = _psd(None, cov, dim, "multivariate_normal.entropy")
+        return 0.5 * (rank * (LOG_2PI + 1.0) + logdet)
 
     def pdf(self, x, mean=None, cov=1, allow_singular=False):
         """Density at ``x``; SciPy's signature.

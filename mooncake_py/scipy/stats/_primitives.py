@@ -14,6 +14,7 @@ import scipy.special as sc
 from ...errors import MissingRuleError
 from ...rules.broadcasting import shape_of, unbroadcast
 from ...rules.registry import _has_wrapper, frule, primitive, rrule
+from ...rules.special import beta_density
 
 
 def _refuse(public, param, why):
@@ -91,7 +92,7 @@ gammainc, gammaincc = incomplete_gamma("gamma")
 
 
 def _beta_density(a, b, x):
-    return np.exp(sc.xlogy(a - 1.0, x) + sc.xlog1py(b - 1.0, -x) - sc.betaln(a, b))
+    return beta_density(sc, a, b, x)
 
 
 def incomplete_beta(public, a_name="a", b_name="b"):
