@@ -31,12 +31,14 @@ class FunctionContext:
 
 
 class Broadcast:
-    """One loading task per worker for a pickled context, each recomputable from its bytes (a
-    context scattered without lineage was lost with its worker, ``FutureCancelledError``)."""
+    """One loading task per worker for a pickled context. The bytes are scattered to every
+    worker once (``broadcast``: a copy on each, so losing a worker loses none of them; a
+    context scattered to one worker only was lost with it, ``FutureCancelledError``), and each
+    load task is recomputable from them."""
 
     def __init__(self, backend, ctx, what, token):
         self.backend, self.token = backend, token
-        self.blob = dumps(ctx, what)
+        self.blob = backend.share(dumps(ctx, what))
         self.futures = {}
         self._n = 0
 
@@ -57,3 +59,6 @@ class Broadcast:
     def close(self):
         self.backend.release(list(self.futures.values()))
         self.futures = {}
+        if self.blob is not None and not isinstance(self.blob, bytes):
+            self.backend.release([self.blob])
+        self.blob = None
