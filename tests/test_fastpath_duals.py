@@ -228,3 +228,26 @@ def test_value_level_nodes_match_the_recorded_ones():
     assert binary_node(np.power, a, b) is None
     assert unary_node(np.sin, np.float64(1.0)) is None
     assert binary_node(np.multiply, a, mp.dual(np.float64(1.0), np.float64(1.0))) is None  # 2 tags
+
+
+def test_hvp_of_a_loop_writing_scalars_bitwise_and_recorded_directly():
+    from test_overhead_paths import rk4_writes
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    hv = mp.hvp(rk4_writes)(th, v)
+    np.testing.assert_array_equal(hv, _general(mp.hvp(rk4_writes), th, v))
+    h = 1e-6
+    fd = (mp.grad(rk4_writes)(th + h * v) - mp.grad(rk4_writes)(th - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+    # the scalar reads and arithmetic after the first write are dual-scalar nodes
+    tape = []
+    orig = tape_module.MutatingTape.record
+
+    def spy(self, fn, args, kwargs):
+        tape.append(fn)
+        return orig(self, fn, args, kwargs)
+    tape_module.MutatingTape.record = spy
+    try:
+        mp.hvp(rk4_writes)(th, v)
+    finally:
+        tape_module.MutatingTape.record = orig
+    assert np.sin not in tape and np.subtract not in tape
