@@ -37,5 +37,6 @@ def install():
     lean.install()
     fastpath.install(dual_scalars)
     tape_module._split_item = writes.split_dual_item
+    tape_module._item_write = writes.dual_item_write
     plans.install()
     _DONE.append(True)

@@ -14,13 +14,13 @@ from mooncake_py.tape.pullbacks import ItemRead
 def _general(fn, *args, **kw):
     """``fn`` with the short paths off: debug mode takes the general path for every op, and
     the sweep adds dual contributions through the dual dispatch."""
-    saved = tape_module._scalar_add
-    tape_module._scalar_add = None
+    saved = tape_module._scalar_add, tape_module._item_write
+    tape_module._scalar_add = tape_module._item_write = None
     try:
         with mp.Config(debug_mode=True):
             return fn(*args, **kw)
     finally:
-        tape_module._scalar_add = saved
+        tape_module._scalar_add, tape_module._item_write = saved
 
 
 def loop_arith(x):
@@ -251,3 +251,21 @@ def test_hvp_of_a_loop_writing_scalars_bitwise_and_recorded_directly():
     finally:
         tape_module.MutatingTape.record = orig
     assert np.sin not in tape and np.subtract not in tape
+
+
+def test_dual_item_writes_swap_floats_and_equal_the_general_write(monkeypatch):
+    from test_overhead_paths import rk4_writes
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    made = []
+    hook = tape_module._item_write
+
+    def spy(*a):
+        r = hook(*a)
+        made.append(type(r).__name__)
+        return r
+    monkeypatch.setattr(tape_module, "_item_write", spy)
+    hv = mp.hvp(rk4_writes)(th, v)
+    # y[0, 0], y[0, 1], the 12 step writes and y[2, 1] (through y, not the row view)
+    assert made.count("_DualItemWrite") == 15
+    monkeypatch.setattr(tape_module, "_item_write", None)
+    np.testing.assert_array_equal(hv, mp.hvp(rk4_writes)(th, v))
