@@ -604,6 +604,9 @@ class MutatingTape(Tape):
         """Bring ``a`` up to date with its buffer, or raise MutationError if it cannot be."""
         if a._node >= self._max_write:
             return
+        v = a._value
+        if type(v) is np.ndarray and v.base is None and id(v) not in self._last_write:
+            return  # (the loop's first test for an array that owns its memory: RK4's theta[k])
         # Up the chain of views to the first handle that is current, then view again on the
         # way down. A loop, not recursion: a chain can be thousands of views deep.
         stale = []
