@@ -53,6 +53,14 @@ _INT_KEYS = (int, np.intp, np.int64, np.int32)
 _BUILTIN = {}
 
 
+def _current(h, tape):
+    """True, once ``h`` is up to date with its buffer on a MutatingTape (what its ``record``
+    does first: a handle older than the last write is viewed again, or MutationError)."""
+    if h._node < tape._max_write:
+        tape._fresh(h, "read", _getitem)
+    return True
+
+
 def _int_tuple(key):
     """Whether ``key`` is a tuple of ints (``y[i, j]``: one element of a 2-d array)."""
     for k in key:
@@ -73,13 +81,10 @@ def _fast_getitem(self, key):
     if tk is int or tk in _INT_KEYS or (tk is tuple and _int_tuple(key)):
         tape = self._tape
         tt = type(tape)
-        if tt is MutatingTape and self._node < tape._max_write:
-            # what MutatingTape.record does first: a handle older than the last write is
-            # brought up to date with its buffer (or raises MutationError)
-            tape._fresh(self, "read", _getitem)
-        v = self._value
-        if (tt is Tape or tt is MutatingTape) and type(v) is _NDARRAY and not tape._debug and \
+        if (tt is Tape or (tt is MutatingTape and _current(self, tape))) and \
+                type(self._value) is _NDARRAY and not tape._debug and \
                 RRULES.get(_getitem) is _GETITEM_RULE[0]:
+            v = self._value
             y = v[key]
             if type(y) is _F64 and _SWEEPING.get() <= tape._level:
                 node = len(tape._parents)
@@ -89,7 +94,7 @@ def _fast_getitem(self, key):
                 r = _new(TrackedArray)
                 r._value, r._tape, r._node = y, tape, node
                 return r
-        elif type(v) is DualArray:
+        elif type(self._value) is DualArray:
             r = dual_scalars.getitem(self, key, _BUILTIN[_getitem])
             if r is not None:
                 return r
