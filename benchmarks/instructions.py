@@ -3,7 +3,8 @@
 ``python -m benchmarks.instructions [CASE ...]`` runs each case in a child process under
 ``valgrind --tool=callgrind`` twice, with N and 2N calls after the same warm-up, and prints
 (I(2N) - I(N)) / N: the instructions of one call, with the interpreter's start, the imports and
-the warm-up cancelled out. Counts are steady to ~0.1% from run to run, where wall-clock times on
+the warm-up cancelled out (both runs with one ``PYTHONHASHSEED``, 0 unless set, so that the
+start is the same). Counts are steady to ~0.1% from run to run, where wall-clock times on
 a shared machine move by tens of percent, so a change to a hot path is judged by them.
 
 Cases: ``per_op`` (``grad`` of a 100-iteration ``s = s + x[i]*x[i]`` loop: 300 recorded ops),
@@ -81,8 +82,12 @@ REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp
 
 def _total(case, n, tmp):
     out = os.path.join(tmp, f"cg.{case}.{n}")
+    # One hash seed for both runs (unless one is set): with a random seed per process the
+    # interpreter's start differs between the N and 2N runs by enough to move grad_sum3's
+    # per-call figure by ~10% (90k-105k on one version); with a fixed seed it repeats to 0.05%.
     env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.setdefault("PYTHONHASHSEED", "0")
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                     sys.executable, "-c", _CHILD, case, str(n)],
                    check=True, env=env, capture_output=True)
