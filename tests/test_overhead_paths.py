@@ -1,6 +1,8 @@
 """The short paths for scalar-loop code (tape/fastpath.py) and the per-call fast paths of grad:
 each must give exactly what the general path gives, and keep every check of the general path
 (escape detection, mutation, nesting, complex values, debug mode)."""
+import operator
+
 import numpy as np
 import pytest
 
@@ -449,7 +451,6 @@ def test_scalar_short_paths_on_a_mutating_tape_bitwise_and_recorded_directly(mon
     mp.grad(rk4_writes)(th)
     # item reads (int and tuple keys, of handles older than the last write) and the scalar
     # arithmetic take the short paths; only the final array ops and the row view go general
-    import operator
     assert np.sin not in calls and np.subtract not in calls
     assert calls.count(operator.getitem) == 1  # (y[2]: a view, not an item)
 
