@@ -3,13 +3,17 @@
 ``python -m benchmarks.instructions [CASE ...]`` runs each case in a child process under
 ``valgrind --tool=callgrind`` twice, with N and 2N calls after the same warm-up, and prints
 (I(2N) - I(N)) / N: the instructions of one call, with the interpreter's start, the imports and
-the warm-up cancelled out. Counts are steady to ~0.1% from run to run, where wall-clock times on
+the warm-up cancelled out (both runs with one ``PYTHONHASHSEED``, 0 unless set, so that the
+start is the same). Counts are steady to ~0.1% from run to run, where wall-clock times on
 a shared machine move by tens of percent, so a change to a hot path is judged by them.
 
 Cases: ``per_op`` (``grad`` of a 100-iteration ``s = s + x[i]*x[i]`` loop: 300 recorded ops),
 ``grad_sum3`` (``grad(np.sum)`` of a 3-vector: the fixed cost of a call), ``hvp__sum_1000`` (the
 unprepared HVP of the suite's ``_sum_1000``) and ``gp_lml_prepared_hvp`` (the suite's gp_lml,
-prepared HVP cache). Needs valgrind on PATH.
+prepared HVP cache), ``hvp_kron_const`` (unprepared HVP of ``np.sum(np.kron(a, b))`` in ``a``
+alone, ``b`` a constant 40 x 40: the symbolic-zero-tangent path), ``rk4_grad`` / ``rk4_hvp`` (the
+unprepared gradient and HVP of ``benchmarks.rk4``'s loss, 50 steps: scalar writes into an
+array). Needs valgrind on PATH.
 """
 import argparse
 import os
@@ -52,6 +56,16 @@ elif case == "gp_lml_prepared_hvp":
     vs = tuple(np.ones_like(a) for a in args)
     cache = mp.prepare_hvp_cache(f, *args)
     call = lambda: mp.value_and_hvp(cache, f, vs, *args)
+elif case == "hvp_kron_const":
+    a, b, v = (rng.standard_normal(s) for s in ((20, 20), (40, 40), (20, 20)))
+    h = mp.hvp(lambda a: np.sum(np.kron(a, b)))
+    call = lambda: h(a, v)
+elif case in ("rk4_grad", "rk4_hvp"):
+    from benchmarks.rk4 import make_rk4
+    f = make_rk4(50)
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    g, h = mp.value_and_grad(f), mp.hvp(f)
+    call = (lambda: g(th)) if case == "rk4_grad" else (lambda: h(th, v))
 else:
     raise SystemExit(f"unknown case {case}")
 for _ in range(5):
@@ -60,14 +74,20 @@ for _ in range(n):
     call()
 """
 
-CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp")
-REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5}
+CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "hvp_kron_const",
+         "rk4_grad", "rk4_hvp")
+REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
+        "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2}
 
 
 def _total(case, n, tmp):
     out = os.path.join(tmp, f"cg.{case}.{n}")
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    # One hash seed for both runs (unless one is set): with a random seed per process the
+    # interpreter's start differs between the N and 2N runs by enough to move grad_sum3's
+    # per-call figure by ~10% (90k-105k on one version); with a fixed seed it repeats to 0.05%.
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.setdefault("PYTHONHASHSEED", "0")
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                     sys.executable, "-c", _CHILD, case, str(n)],
                    check=True, env=env, capture_output=True)

@@ -11,7 +11,7 @@ when ``import mooncake_py`` has imported everything (:func:`install`):
 2. dual: the short paths of common dual calls (dual/lean.py).
 3. tape: the scalar-loop short paths on TrackedArray (tape/fastpath.py), given the tracked-dual
    scalar paths of the layer above (mixed/dual_scalars.py); the tape's split of a dual item
-   write (replay/writes.py).
+   write and its recording of one (replay/writes.py).
 4. replay: ``bool``/``int`` of a tracked value seen by a recording plan (replay/plans.py).
 """
 from .core.blas_threads import limit_small_calls
@@ -37,5 +37,6 @@ def install():
     lean.install()
     fastpath.install(dual_scalars)
     tape_module._split_item = writes.split_dual_item
+    tape_module._item_write = writes.dual_item_write
     plans.install()
     _DONE.append(True)

@@ -14,13 +14,13 @@ from mooncake_py.tape.pullbacks import ItemRead
 def _general(fn, *args, **kw):
     """``fn`` with the short paths off: debug mode takes the general path for every op, and
     the sweep adds dual contributions through the dual dispatch."""
-    saved = tape_module._scalar_add
-    tape_module._scalar_add = None
+    saved = tape_module._scalar_add, tape_module._item_write
+    tape_module._scalar_add = tape_module._item_write = None
     try:
         with mp.Config(debug_mode=True):
             return fn(*args, **kw)
     finally:
-        tape_module._scalar_add = saved
+        tape_module._scalar_add, tape_module._item_write = saved
 
 
 def loop_arith(x):
@@ -228,3 +228,44 @@ def test_value_level_nodes_match_the_recorded_ones():
     assert binary_node(np.power, a, b) is None
     assert unary_node(np.sin, np.float64(1.0)) is None
     assert binary_node(np.multiply, a, mp.dual(np.float64(1.0), np.float64(1.0))) is None  # 2 tags
+
+
+def test_hvp_of_a_loop_writing_scalars_bitwise_and_recorded_directly():
+    from test_overhead_paths import rk4_writes
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    hv = mp.hvp(rk4_writes)(th, v)
+    np.testing.assert_array_equal(hv, _general(mp.hvp(rk4_writes), th, v))
+    h = 1e-6
+    fd = (mp.grad(rk4_writes)(th + h * v) - mp.grad(rk4_writes)(th - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+    # the scalar reads and arithmetic after the first write are dual-scalar nodes
+    tape = []
+    orig = tape_module.MutatingTape.record
+
+    def spy(self, fn, args, kwargs):
+        tape.append(fn)
+        return orig(self, fn, args, kwargs)
+    tape_module.MutatingTape.record = spy
+    try:
+        mp.hvp(rk4_writes)(th, v)
+    finally:
+        tape_module.MutatingTape.record = orig
+    assert np.sin not in tape and np.subtract not in tape
+
+
+def test_dual_item_writes_swap_floats_and_equal_the_general_write(monkeypatch):
+    from test_overhead_paths import rk4_writes
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    made = []
+    hook = tape_module._item_write
+
+    def spy(*a):
+        r = hook(*a)
+        made.append(type(r).__name__)
+        return r
+    monkeypatch.setattr(tape_module, "_item_write", spy)
+    hv = mp.hvp(rk4_writes)(th, v)
+    # y[0, 0], y[0, 1], the 12 step writes and y[2, 1] (through y, not the row view)
+    assert made.count("_DualItemWrite") == 15
+    monkeypatch.setattr(tape_module, "_item_write", None)
+    np.testing.assert_array_equal(hv, mp.hvp(rk4_writes)(th, v))

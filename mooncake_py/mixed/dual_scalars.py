@@ -15,8 +15,8 @@ the general rule's closure. Anything unusual at sweep time (a cotangent that is 
 this tag, a tag that has turned complex) is handed to the general rule's own partial
 derivative functions.
 
-Conditions (else the general path runs): a plain :class:`~mooncake_py.tape.tape.Tape` not in
-debug mode and not sweeping, the built-in rule of the function, duals of one tag without lanes
+Conditions (else the general path runs): a plain :class:`~mooncake_py.tape.tape.Tape` or
+:class:`~mooncake_py.tape.tape.MutatingTape` not in debug mode and not sweeping, the built-in rule of the function, duals of one tag without lanes
 that is neither closed nor complex, float64 NumPy scalars for primal and tangent, and
 constants that are float64, float, or ints of at most 2**53 in magnitude.
 """
@@ -31,7 +31,7 @@ from ..rules.derivative_table import TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
 from ..tape.pullbacks import ItemRead
-from ..tape.tape import _SWEEPING, Tape
+from ..tape.tape import _SWEEPING, MutatingTape, Tape
 from ..tape.tracked import TrackedArray
 
 _F64 = np.float64
@@ -40,6 +40,12 @@ _NDARRAY = np.ndarray
 _MAX_INT = 2 ** 53
 _new = object.__new__
 getitem_fn = operator.getitem
+# The tapes these paths record on: Tape and MutatingTape (tested with `is`, cheaper than a set
+# lookup on every op). On a MutatingTape (one that has recorded a write) a dual
+# scalar needs none of its freshness checks: its primal and tangent are NumPy scalars, which no
+# write can reach; an item read brings its array up to date first, as MutatingTape.record does.
+# (Without MutatingTape every op of an HVP of RK4's `y[i + 1, 0] = ...` loop took the general
+# path.)
 
 
 class _Op:
@@ -112,7 +118,8 @@ def _tangent_of(op, present, pa, pb, y, ta, tb):
 
 
 def _recordable(tape, op):
-    return type(tape) is Tape and not tape._debug and _SWEEPING.get() <= tape._level and \
+    tt = type(tape)
+    return (tt is Tape or tt is MutatingTape) and not tape._debug and _SWEEPING.get() <= tape._level and \
         RRULES.get(op.ufunc) is op.builtin
 
 
@@ -133,7 +140,8 @@ def binary(self, other, ufunc, reflected):
     d = self._value
     tape = self._tape
     # (the checks of _recordable and _scalar_dual, inline: this runs once per recorded op)
-    if op is None or type(tape) is not Tape or tape._debug or \
+    tt = type(tape)
+    if op is None or (tt is not Tape and tt is not MutatingTape) or tape._debug or \
             _SWEEPING.get() > tape._level or RRULES.get(ufunc) is not op.builtin:
         return None
     tag = d._tag
@@ -302,9 +310,13 @@ def getitem(self, key, builtin):
     general getitem rule records (its pullback is ItemRead's), with the tangent the getitem
     frule reads; None when the general path must run."""
     tape = self._tape
-    if type(tape) is not Tape or tape._debug or _SWEEPING.get() > tape._level or \
+    tt = type(tape)
+    if (tt is not Tape and tt is not MutatingTape) or tape._debug or \
+            _SWEEPING.get() > tape._level or \
             RRULES.get(getitem_fn) is not builtin:
         return None
+    if tt is MutatingTape and self._node < tape._max_write:
+        tape._fresh(self, "read", getitem_fn)  # (MutatingTape.record's first step)
     d = self._value
     tag = d._tag
     p, t = d._value, d._tangent

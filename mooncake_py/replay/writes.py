@@ -93,6 +93,14 @@ def _dual_item_write(buf, key, v, region, vshape, vdtype):
     return _DualItemWrite(p, t, key, op, ot, region, vshape, vdtype)
 
 
+def dual_item_write(buf, key, v, vshape, vdtype):
+    """The tape's hook (``tape._item_write``): ``buf[key] = v`` for a dual buffer as
+    :func:`_dual_item_write` does it, or None (nothing written) for anything else."""
+    if type(buf) is not DualArray:
+        return None
+    return _dual_item_write(buf, key, v, (), vshape, vdtype)
+
+
 def split_dual_item(g, key):
     """``g[key]`` of a dual cotangent ``g`` (no lanes) at one float64 element, as a new dual
     scalar, with the element zeroed in ``g`` (primal and tangent): what the write pullback's

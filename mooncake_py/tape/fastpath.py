@@ -8,12 +8,15 @@ generic output checks; the sweep (:meth:`Tape._sweep`) adds an :class:`ItemRead`
 straight into its array's buffer.
 
 Every shortcut applies only where its result is the one the general path would give: a plain
-:class:`Tape` (no complex values, not closed, not in debug mode) — or, for scalar arithmetic
-and unary ops, a :class:`MutatingTape` whose operands were all made after its last write (a
-float64 scalar is a copy, and MutatingTape.record checks only handles older than the last write,
-so it would add nothing; ``y[i, j] = f(x[i, j])`` loops keep their short paths), plain
-float64 values (never duals: forward-over-reverse takes the general path), and no other
-transformation's values among the operands. Anything else goes the general way.
+:class:`Tape` or a :class:`MutatingTape` (no complex values, not closed, not in debug mode),
+plain float64 values (duals take mixed/dual_scalars.py's paths), and no other transformation's
+values among the operands. Anything else goes the general way. On a MutatingTape a float64
+scalar operand needs none of its freshness checks, whenever it was made: a NumPy scalar is
+immutable and owns no buffer a write could reach, so ``MutatingTape._fresh`` finds nothing for
+it (it was required to be made after the last write; RK4's ``y[i+1, 1] = v + ...`` after
+``y[i+1, 0] = ...`` then took the general path for ~6 ops a step). An item read ``x[i]`` /
+``x[i, j]`` on a MutatingTape first brings ``x`` up to date as ``MutatingTape.record`` does
+(``_fresh``), then records the same ItemRead node.
 """
 import operator
 
@@ -50,6 +53,22 @@ _INT_KEYS = (int, np.intp, np.int64, np.int32)
 _BUILTIN = {}
 
 
+def _current(h, tape):
+    """True, once ``h`` is up to date with its buffer on a MutatingTape (what its ``record``
+    does first: a handle older than the last write is viewed again, or MutationError)."""
+    if h._node < tape._max_write:
+        tape._fresh(h, "read", _getitem)
+    return True
+
+
+def _int_tuple(key):
+    """Whether ``key`` is a tuple of ints (``y[i, j]``: one element of a 2-d array)."""
+    for k in key:
+        if type(k) is not int and type(k) not in _INT_KEYS:
+            return False
+    return True
+
+
 _general_getitem = TrackedArray.__getitem__
 _GETITEM_RULE = [None]  # _BUILTIN[operator.getitem], without the dict lookup per read
 # TrackedArray(y, tape, node) without the Python-level __init__ call (~60 ns of ~700 per op):
@@ -59,11 +78,13 @@ _new = object.__new__
 
 def _fast_getitem(self, key):
     tk = type(key)
-    if tk is int or tk in _INT_KEYS:
+    if tk is int or tk in _INT_KEYS or (tk is tuple and _int_tuple(key)):
         tape = self._tape
-        v = self._value
-        if type(tape) is Tape and type(v) is _NDARRAY and not tape._debug and \
+        tt = type(tape)
+        if (tt is Tape or (tt is MutatingTape and _current(self, tape))) and \
+                type(self._value) is _NDARRAY and not tape._debug and \
                 RRULES.get(_getitem) is _GETITEM_RULE[0]:
+            v = self._value
             y = v[key]
             if type(y) is _F64 and _SWEEPING.get() <= tape._level:
                 node = len(tape._parents)
@@ -73,7 +94,7 @@ def _fast_getitem(self, key):
                 r = _new(TrackedArray)
                 r._value, r._tape, r._node = y, tape, node
                 return r
-        elif type(v) is DualArray:
+        elif type(self._value) is DualArray:
             r = dual_scalars.getitem(self, key, _BUILTIN[_getitem])
             if r is not None:
                 return r
@@ -125,14 +146,12 @@ def {name}(self, other):
     tape = self._tape
     v = self._value
     tt = type(tape)
-    if (tt is Tape or (tt is MutatingTape and self._node >= tape._max_write)) and \
-            type(v) is _F64 and not tape._debug:
+    if (tt is Tape or tt is MutatingTape) and type(v) is _F64 and not tape._debug:
         t = type(other)
         if t is TrackedArray:
             w = other._value
             if other._tape is tape and type(w) is _F64 and _SWEEPING.get() <= tape._level \
-                    and RRULES.get(ufunc) is builtin and \
-                    (tt is Tape or other._node >= tape._max_write):
+                    and RRULES.get(ufunc) is builtin:
                 {ab}
                 y = {y}
                 if type(y) is _F64:
@@ -219,9 +238,8 @@ def _fast_unary(self, ufunc):
     tape = self._tape
     v = self._value
     tt = type(tape)
-    # on a tape that has recorded writes, only values made after the last write: those need
-    # none of MutatingTape.record's freshness checks (module docstring)
-    if (tt is not Tape and (tt is not MutatingTape or self._node < tape._max_write)) or \
+    # (a float64 scalar needs none of MutatingTape.record's freshness checks: module docstring)
+    if (tt is not Tape and tt is not MutatingTape) or \
             type(v) is not _F64 or tape._debug or _SWEEPING.get() > tape._level:
         return None
     d1, pullback = how
