@@ -417,13 +417,13 @@ def value_and_pullback(cache: PullbackCache, f: Any, ybar: Any,
     The earlier order ``value_and_pullback(cache, ybar, f, *args)`` is still accepted (told
     apart by which of the two is the cache's function).
 
-    Example:
+    Example (a weighted pullback, as a least-squares Jacobian-transpose product):
         >>> import numpy as np, mooncake_py as mp
-        >>> f = lambda x: np.sin(x) * 2.0
-        >>> c = mp.prepare_pullback_cache(f, np.zeros(2))
-        >>> y, (xbar,) = mp.value_and_pullback(c, f, np.ones(2), np.zeros(2))
-        >>> xbar
-        array([2., 2.])
+        >>> r = lambda w: np.stack([w[0] * w[1], w[0] + w[1]])
+        >>> c = mp.prepare_pullback_cache(r, np.ones(2))
+        >>> y, (wbar,) = mp.value_and_pullback(c, r, np.array([1.0, 0.5]), np.array([2.0, 3.0]))
+        >>> y, wbar
+        (array([6., 5.]), array([3.5, 2.5]))
     """
     expect_cache(cache, "pullback", "value_and_pullback")
     if f is not cache.spec.f and ybar is cache.spec.f:
