@@ -366,7 +366,9 @@ def test_scalar_short_paths_after_writes_bitwise(fn):
     np.testing.assert_allclose(hv, (gp - gm) / (2 * h), rtol=1e-5, atol=1e-6)
 
 
-def test_scalar_ops_after_a_write_skip_the_mutating_record(monkeypatch):
+def _count_mutating_records(monkeypatch):
+    """The functions that reach MutatingTape.record (the general path of a tape with writes),
+    appended to the returned list as they are recorded."""
     from mooncake_py.tape import tape as tape_mod
     calls = []
     general = tape_mod.MutatingTape.record
@@ -375,6 +377,11 @@ def test_scalar_ops_after_a_write_skip_the_mutating_record(monkeypatch):
         calls.append(fn)
         return general(self, fn, args, kwargs)
     monkeypatch.setattr(tape_mod.MutatingTape, "record", counting)
+    return calls
+
+
+def test_scalar_ops_after_a_write_skip_the_mutating_record(monkeypatch):
+    calls = _count_mutating_records(monkeypatch)
     x = np.random.default_rng(4).standard_normal((2, 2))
     mp.grad(naive_map)(x)
     # reads of x / y and the final sums go the general way; exp/cos/sin and the arithmetic on
@@ -440,14 +447,7 @@ def test_scalar_short_paths_on_a_mutating_tape_bitwise_and_recorded_directly(mon
     h = 1e-6
     fd = [(rk4_writes(th + h * e) - rk4_writes(th - h * e)) / (2 * h) for e in np.eye(4)]
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
-    from mooncake_py.tape import tape as tape_mod
-    calls = []
-    general = tape_mod.MutatingTape.record
-
-    def counting(self, fn, args, kwargs):
-        calls.append(fn)
-        return general(self, fn, args, kwargs)
-    monkeypatch.setattr(tape_mod.MutatingTape, "record", counting)
+    calls = _count_mutating_records(monkeypatch)
     mp.grad(rk4_writes)(th)
     # item reads (int and tuple keys, of handles older than the last write) and the scalar
     # arithmetic take the short paths; only the final array ops and the row view go general
