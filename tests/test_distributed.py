@@ -15,7 +15,11 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 import mooncake_py as mp  # noqa: E402
 from mooncake_py import distributed as md  # noqa: E402
-from mooncake_py.distributed import client as md_client, worker as md_worker  # noqa: E402
+from mooncake_py.distributed import (  # noqa: E402
+    client as md_client,
+    context as md_context,
+    worker as md_worker,
+)
 
 N_SHARDS, ROWS, P = 5, 400, 4
 
@@ -258,6 +262,70 @@ def test_worker_killed_mid_call_changes_nothing(cluster):
         np.testing.assert_allclose(g, expected[1], rtol=1e-14)
         # regrouped: the restarted worker holds shards again
         assert len(obj.shards.groups()) == 2
+
+
+def _kill_and_wait(client, addr, pid):
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while addr in client.nthreads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_losing_the_only_copy_of_the_sent_function_changes_nothing(cluster):
+    # Dask's memory manager keeps one copy of data scattered to every worker; losing the
+    # worker that holds it used to cancel the next call ("lost dependencies")
+    lc, client = cluster
+    expected = _objective("serial").value_and_grad(THETA)
+    with _objective(client) as obj:
+        obj.value_and_grad(THETA)
+        blob = obj.ctx.blob
+        client.amm.run_once()
+        deadline = time.monotonic() + 30
+        while len(client.who_has([blob])[blob.key]) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (holder,) = client.who_has([blob])[blob.key]
+        _kill_and_wait(client, holder, client.run(os.getpid)[holder])
+        y, g = obj.value_and_grad(THETA)
+        assert y == expected[0]
+        np.testing.assert_allclose(g, expected[1], rtol=1e-14)
+
+
+def test_a_call_cancelled_by_lost_data_is_resubmitted_once_after_sharing_again():
+    class Lost(Exception):
+        pass
+
+    class Flaky(md_client.Serial):
+        def __init__(self, failures):
+            self.failures, self.shared = failures, 0
+
+        def gather(self, futures):
+            if self.failures:
+                self.failures -= 1
+                raise Lost()
+            return super().gather(futures)
+
+        def share(self, data):
+            self.shared += 1
+            return data
+
+        def lost(self, exc):
+            return isinstance(exc, Lost)
+
+    for failures, ok in [(1, True), (2, False)]:
+        b = Flaky(failures)
+        ctx = md_context.Broadcast(b, md_context.LossContext(loss, 0), "loss", "t")
+        calls = []
+
+        def submit():
+            calls.append(ctx.shared)
+            return [b.submit(lambda c: c.argnums, ctx.on("serial"))]
+        if ok:
+            assert md_context.gather(b, ctx, submit) == [0]
+        else:
+            with pytest.raises(Lost):
+                md_context.gather(b, ctx, submit)
+        assert calls == [1, 2] and b.shared == 2
 
 
 @pytest.mark.slow

@@ -187,6 +187,9 @@ class Serial:
     def release(self, futures):
         pass
 
+    def lost(self, exc):
+        return False
+
 
 class DaskBackend:
     """The backend on a Dask client: tasks pinned (loosely) to the worker asked for, so that
@@ -228,7 +231,13 @@ class DaskBackend:
 
     def release(self, futures):
         for f in futures:
-            f.release()
+            if not isinstance(f, bytes):
+                f.release()
+
+    def lost(self, exc):
+        """Whether ``exc`` is a task cancelled because data it needed was lost with a worker."""
+        from distributed.client import FutureCancelledError
+        return isinstance(exc, FutureCancelledError)
 
 
 def backend(client):

@@ -31,16 +31,29 @@ class FunctionContext:
 
 
 class Broadcast:
-    """One loading task per worker for a pickled context. The bytes are scattered to every
-    worker once (``broadcast``: a copy on each, so losing a worker loses none of them; a
-    context scattered to one worker only was lost with it, ``FutureCancelledError``), and each
-    load task is recomputable from them."""
+    """One loading task per worker for a pickled context, made from bytes scattered to the
+    workers once.
+
+    Scattered data is not recomputable, and Dask's active memory manager soon drops the extra
+    copies of a broadcast (``ReduceReplicas``), so losing the one worker left holding them
+    loses them: a task that then needs a load on another worker is cancelled ("lost
+    dependencies"). The client keeps the bytes, and :func:`gather` shares them again and
+    resubmits once when that happens."""
 
     def __init__(self, backend, ctx, what, token):
         self.backend, self.token = backend, token
-        self.blob = backend.share(dumps(ctx, what))
+        self.data = dumps(ctx, what)
+        self.blob = backend.share(self.data)
         self.futures = {}
         self._n = 0
+        self.shared = 1   # times the bytes were scattered (task keys differ per sharing)
+
+    def reshare(self):
+        """Scatter the bytes again and forget every load (after a loss)."""
+        self.backend.release(list(self.futures.values()) + [self.blob])
+        self.futures = {}
+        self.blob = self.backend.share(self.data)
+        self.shared += 1
 
     def on(self, wk):
         """The context's future on worker ``wk`` (submitted on first use)."""
@@ -61,4 +74,17 @@ class Broadcast:
         self.futures = {}
         if self.blob is not None and not isinstance(self.blob, bytes):
             self.backend.release([self.blob])
-        self.blob = None
+        self.blob = self.data = None
+
+
+def gather(backend, ctx, submit):
+    """The results of the tasks ``submit()`` makes (a list of futures using ``ctx``); when
+    they were cancelled because data died with a worker, ``ctx`` is shared again and
+    ``submit()`` called once more."""
+    try:
+        return backend.gather(submit())
+    except Exception as e:
+        if not backend.lost(e):
+            raise
+        ctx.reshare()
+        return backend.gather(submit())

@@ -4,7 +4,7 @@ import numpy as np
 
 from . import worker
 from .client import backend, new_token
-from .context import Broadcast, FunctionContext
+from .context import Broadcast, FunctionContext, gather
 from .errors import ArgumentError, ThetaShapeError
 
 
@@ -25,15 +25,14 @@ def _lane_blocks(f, x, args, block, factory, client, V):
     token = new_token("hessian")
     ctx = Broadcast(b, FunctionContext(f, factory, x, tuple(args)), "function", token)
     try:
-        workers = b.workers()
-        futures = []
-        for j, start in enumerate(range(0, k, block)):
-            stop = min(start + block, k)
-            wk = workers[j % len(workers)]
-            futures.append(b.submit(worker.columns, token, ctx.on(wk), start, stop,
-                                    None if V is None else V[start:stop], worker=wk,
-                                    key=f"{token}-{start}"))
-        parts = b.gather(futures)
+        def submit():
+            workers = b.workers()
+            return [b.submit(worker.columns, token, ctx.on(workers[j % len(workers)]), start,
+                             min(start + block, k), None if V is None else V[start:start + block],
+                             worker=workers[j % len(workers)], key=f"{token}-{start}-{ctx.shared}")
+                    for j, start in enumerate(range(0, k, block))]
+
+        parts = gather(b, ctx, submit)
     finally:
         ctx.close()
         if b.name == "serial" or b.client.status == "running":

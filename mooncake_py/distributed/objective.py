@@ -3,7 +3,7 @@ import numpy as np
 
 from . import worker
 from .client import new_token
-from .context import Broadcast, LossContext
+from .context import Broadcast, LossContext, gather
 from .errors import ArgumentError, ClosedError, ThetaShapeError
 from .shards import ShardSet
 
@@ -93,19 +93,27 @@ class Objective:
             raise ClosedError("this objective was closed; build a new one with "
                               "md.objective(loss, shards).")
         self.backend.check_open()
-        groups = self.shards.groups()
-        if self._layout != self.shards.layout:
-            self.ctx.keep_only({wk for wk, _ in groups} | set(self.backend.workers()))
-            self._layout = self.shards.layout
-        futures = [self.backend.submit(worker.run_group, self.token, self.ctx.on(wk),
-                                       self.shards.layout, mode, theta, extra, idx,
-                                       *(self.shards.futures[i] for i in idx), worker=wk)
-                   for wk, idx in groups]
+        placed = []
+
+        def submit():
+            if placed:   # again, after a worker's loss: regroup on the workers left
+                self.shards.suspect()
+            groups = self.shards.groups()
+            if self._layout != self.shards.layout:
+                self.ctx.keep_only({wk for wk, _ in groups} | set(self.backend.workers()))
+                self._layout = self.shards.layout
+            placed[:] = groups
+            return [self.backend.submit(worker.run_group, self.token, self.ctx.on(wk),
+                                        self.shards.layout, mode, theta, extra, idx,
+                                        *(self.shards.futures[i] for i in idx), worker=wk)
+                    for wk, idx in groups]
+
+        results = gather(self.backend, self.ctx, submit)
         out = [None] * len(self.shards)
-        for (wk, idx), (results, ran_on) in zip(groups, self.backend.gather(futures)):
+        for (wk, idx), (got, ran_on) in zip(placed, results):
             if ran_on != wk:   # the worker was lost mid-call: regroup before the next one
                 self.shards.suspect()
-            for i, r in zip(idx, results):
+            for i, r in zip(idx, got):
                 out[i] = r
         return out
 
