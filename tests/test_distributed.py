@@ -126,12 +126,17 @@ def test_hessian_and_hvp_columns_by_blocks(where):
     n = 37
     A, x, V = rng.normal(size=(20, n)), rng.normal(size=n), rng.normal(size=(n, 5))
     H1 = mp.hessian(dense)(x, A)
-    H = md.hessian(dense, x, A, block=8, client=where)
+    for block in (8, 1, 64):   # 5 blocks over 2 workers (2 + 3), 37 of one lane, one block
+        H = md.hessian(dense, x, A, block=block, client=where)
+        # the rows of one process's Hessian in sweeps of as many lanes
+        assert np.array_equal(H, mp.hessian(dense, chunk_size=block)(x, A))
     np.testing.assert_allclose(H, H1, rtol=1e-12, atol=1e-12)
-    built = md.hessian(None, x, A, block=16, factory=lambda: dense, client=where)
+    built = md.hessian(None, x, A, block=64, factory=lambda: dense, client=where)
     assert np.array_equal(built, H)
-    np.testing.assert_allclose(md.hvp_columns(dense, x, V, A, block=2, client=where), H1 @ V,
-                               rtol=1e-12, atol=1e-12)
+    HV = md.hvp_columns(dense, x, V, A, block=2, client=where)
+    np.testing.assert_allclose(HV, H1 @ V, rtol=1e-12, atol=1e-12)
+    # columns 2 and 3: one sweep of two lanes, as in one process
+    assert np.array_equal(HV[:, 2:4], mp.hvp(dense, lanes=True)(x, A, V.T[2:4]).T)
 
 
 def test_no_shard_moves_between_workers(cluster):
@@ -289,6 +294,28 @@ def test_losing_the_only_copy_of_the_sent_function_changes_nothing(cluster):
         y, g = obj.value_and_grad(THETA)
         assert y == expected[0]
         np.testing.assert_allclose(g, expected[1], rtol=1e-14)
+
+
+def slow_dense(x, A):
+    time.sleep(0.1)   # per sweep: a worker can be killed while the Hessian runs
+    return dense(x, A)
+
+
+def test_worker_killed_during_a_hessian_changes_nothing(cluster):
+    lc, client = cluster
+    rng = np.random.default_rng(3)
+    A, x = rng.normal(size=(20, 12)), rng.normal(size=12)
+    out = {}
+    call = threading.Thread(target=lambda: out.update(
+        H=md.hessian(slow_dense, x, A, block=1, client=client)))
+    pids = client.run(os.getpid)
+    call.start()
+    time.sleep(0.4)   # both workers are in their runs of sweeps
+    victim = sorted(pids)[0]
+    os.kill(pids[victim], signal.SIGKILL)
+    call.join(120)
+    assert np.array_equal(out["H"], mp.hessian(dense, chunk_size=1)(x, A))
+    client.wait_for_workers(2, timeout=60)
 
 
 def test_a_call_cancelled_by_lost_data_is_resubmitted_once_after_sharing_again():

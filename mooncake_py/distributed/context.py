@@ -1,8 +1,7 @@
 """What travels to the workers for a computation: the user's function and the arrays it
-needs, pickled once on the client (so an unpicklable one fails where it is built) and loaded
-once per worker."""
+needs, checked to pickle on the client (so an unpicklable one fails where it is built), sent
+once and loaded once per worker."""
 from . import worker
-from .client import dumps
 
 
 class LossContext:
@@ -42,7 +41,7 @@ class Broadcast:
 
     def __init__(self, backend, ctx, what, token):
         self.backend, self.token = backend, token
-        self.data = dumps(ctx, what)
+        self.data = backend.pack(ctx, what)
         self.blob = backend.share(self.data)
         self.futures = {}
         self._n = 0
@@ -72,7 +71,7 @@ class Broadcast:
     def close(self):
         self.backend.release(list(self.futures.values()))
         self.futures = {}
-        if self.blob is not None and not isinstance(self.blob, bytes):
+        if self.blob is not None:
             self.backend.release([self.blob])
         self.blob = self.data = None
 

@@ -9,8 +9,11 @@ from .errors import ArgumentError, ThetaShapeError
 
 
 def _lane_blocks(f, x, args, block, factory, client, V):
-    """The products for lanes ``0..k`` (V's rows, or basis directions), one task per block of
-    ``block`` lanes, blocks dealt round robin over the workers."""
+    """The products for lanes ``0..k`` (V's rows, or basis directions) as the rows of a
+    ``(k, x.size)`` array. Lanes go in blocks of ``block`` (one sweep each, the boundaries at
+    multiples of ``block`` as in ``mp.hessian(f, chunk_size=block)``), and each worker gets
+    one task for a contiguous run of blocks: a task per block cost a scheduler round trip per
+    block and a message per block back."""
     if (f is None) == (factory is None):
         raise ArgumentError("pass the function f, or f=None and factory= (a function that "
                             "returns f, called once on each worker), not both.")
@@ -24,25 +27,32 @@ def _lane_blocks(f, x, args, block, factory, client, V):
     k = x.size if V is None else V.shape[0]
     token = new_token("hessian")
     ctx = Broadcast(b, FunctionContext(f, factory, x, tuple(args)), "function", token)
-    try:
-        def submit():
-            workers = b.workers()
-            return [b.submit(worker.columns, token, ctx.on(workers[j % len(workers)]), start,
-                             min(start + block, k), None if V is None else V[start:start + block],
-                             worker=workers[j % len(workers)], key=f"{token}-{start}-{ctx.shared}")
-                    for j, start in enumerate(range(0, k, block))]
+    starts = list(range(0, k, block))
+    runs = []
 
+    def submit():
+        workers = b.workers()
+        w = min(len(workers), len(starts))
+        runs[:] = [starts[i * len(starts) // w:(i + 1) * len(starts) // w] for i in range(w)]
+        return [b.submit(worker.columns, token, ctx.on(wk), run, block, k,
+                         None if V is None else V[run[0]:min(run[-1] + block, k)],
+                         worker=wk, key=f"{token}-{run[0]}-{ctx.shared}")
+                for wk, run in zip(workers, runs)]
+
+    try:
         parts = gather(b, ctx, submit)
     finally:
         ctx.close()
         if b.name == "serial" or b.client.status == "running":
             b.run_everywhere(worker.drop, token)
-    return np.concatenate(parts, axis=0) if parts else np.zeros((0,) + x.shape, x.dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def hessian(f, x, *args, block=128, factory=None, client=None):
-    """The Hessian of ``f(x, *args)`` in ``x`` (shape ``x.shape * 2``), its columns computed
-    in blocks of ``block`` lanes (one forward-over-reverse sweep each), one task per block.
+    """The Hessian of ``f(x, *args)`` in ``x`` (shape ``x.shape * 2``), the same numbers as
+    ``mp.hessian(f, chunk_size=block)(x, *args)``: its rows are computed in blocks of
+    ``block`` lanes (one forward-over-reverse sweep each), each worker taking one task for a
+    contiguous run of blocks.
 
     ``f``, ``x`` and ``args`` are pickled once and loaded once per worker. With ``f=None``
     and ``factory=`` a function returning ``f``, each worker builds ``f`` itself (for
@@ -57,10 +67,9 @@ def hessian(f, x, *args, block=128, factory=None, client=None):
         array([[2., 1.],
                [1., 3.]])
     """
-    cols = _lane_blocks(f, x, args, block, factory, client, None)
-    n = cols.shape[0]
-    # lane j is H·e_j, column j of H
-    return np.ascontiguousarray(cols.reshape(n, n).T).reshape(np.shape(x) * 2)
+    # lane j, H·e_j, is row j, as in mp.hessian (the same numbers: H is symmetric up to the
+    # last bits, and the rows are those of mp.hessian(f, chunk_size=block))
+    return _lane_blocks(f, x, args, block, factory, client, None).reshape(np.shape(x) * 2)
 
 
 def hvp_columns(f, x, V, *args, block=128, factory=None, client=None):

@@ -72,8 +72,8 @@ def keep(shard):
 
 
 def load(blob):
-    """Task: the context (loss or function, and its arrays) from its cloudpickle bytes, with
-    arrays realigned, once per worker."""
+    """Task: the context (loss or function, and its arrays), from its cloudpickle bytes or as
+    Dask delivered it, with arrays realigned, once per worker."""
     ctx = _loads(blob)
     ctx.realign()
     return ctx
@@ -83,7 +83,7 @@ def _loads(blob):
     if isinstance(blob, bytes):
         import cloudpickle
         return cloudpickle.loads(blob)
-    return blob  # serial without cloudpickle: the object itself
+    return blob  # sent by Dask (or serial without cloudpickle): the object itself
 
 
 def drop(token):
@@ -200,10 +200,11 @@ def run_group(token, ctx, layout, mode, theta, extra, indices, *shards):
     return out, where()
 
 
-def columns(token, ctx, start, stop, V):
-    """Task: Hessian-vector products of ``ctx``'s function at its ``x`` for lanes
-    ``start:stop``: basis directions when ``V`` is None (Hessian columns), else the given
-    ``(stop - start, *x.shape)`` block. Returns the ``(stop - start, *x.shape)`` products."""
+def columns(token, ctx, starts, block, k, V):
+    """Task: Hessian-vector products of ``ctx``'s function at its ``x`` for the lane blocks
+    beginning at ``starts`` (``block`` lanes each, the last ending at ``k`` at most): basis
+    directions when ``V`` is None (Hessian columns), else the rows of ``V``, the directions of
+    those lanes. Returns the products as the rows of one ``(lanes, x.size)`` array."""
     state = _STORE.setdefault(token, {})
     f = state.get("f")
     if f is None or state.get("ctx") is not ctx:
@@ -212,9 +213,16 @@ def columns(token, ctx, start, stop, V):
         f = state["f"] = ctx.function()
         state["ctx"] = ctx
     x = ctx.x
-    k = stop - start
-    if V is None:
-        V = np.zeros((k, x.size), dtype=x.dtype)
-        V[np.arange(k), np.arange(start, stop)] = 1
-        V = V.reshape((k,) + x.shape)
-    return np.array(mp.hvp(f, lanes=True)(x, *ctx.args, V), copy=True)
+    first, stop = starts[0], min(starts[-1] + block, k)
+    out = np.empty((stop - first, x.size), x.dtype)
+    hvp = mp.hvp(f, lanes=True)
+    for start in starts:
+        end = min(start + block, k)
+        if V is None:
+            D = np.zeros((end - start, x.size), dtype=x.dtype)
+            D[np.arange(end - start), np.arange(start, end)] = 1
+            D = D.reshape((end - start,) + x.shape)
+        else:
+            D = V[start - first:end - first]
+        out[start - first:end - first] = hvp(x, *ctx.args, D).reshape(end - start, -1)
+    return out
