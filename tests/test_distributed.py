@@ -139,6 +139,29 @@ def test_hessian_and_hvp_columns_by_blocks(where):
     assert np.array_equal(HV[:, 2:4], mp.hvp(dense, lanes=True)(x, A, V.T[2:4]).T)
 
 
+def banded(x, w):
+    # a Hessian with rows of 2·5 + 1 entries: 11 colors
+    return np.sum(w * np.tanh(x[5:] * x[:-5]) ** 2) + np.sum(np.cos(x) * x[::-1])
+
+
+def test_sparse_hessian_by_blocks_of_colors(where):
+    rng = np.random.default_rng(4)
+    n = 40
+    x, w = rng.normal(size=n), rng.normal(size=n - 5)
+    for block in (3, 128):
+        cache = mp.prepare_sparse_hessian_cache(banded, x, w, chunk_size=block)
+        want = mp.value_gradient_and_sparse_hessian(cache, banded, x, w)[2]
+        got = md.sparse_hessian(banded, x, w, block=block, client=where)
+        assert got.nnz == want.nnz and cache.n_colors > 3
+        assert np.array_equal(got.toarray(), want.toarray())
+    np.testing.assert_allclose(got.toarray(), mp.hessian(banded)(x, w), rtol=1e-12, atol=1e-12)
+    built = md.sparse_hessian(None, x, w, pattern=cache.pattern, block=4,
+                              factory=lambda: banded, client=where)
+    np.testing.assert_allclose(built.toarray(), got.toarray(), rtol=1e-13, atol=1e-13)
+    with pytest.raises(mp.ArgumentError, match="pattern="):
+        md.sparse_hessian(None, x, w, factory=lambda: banded, client=where)
+
+
 def test_no_shard_moves_between_workers(cluster):
     _, client = cluster
     S = md.shards(make, range(N_SHARDS), client=client)

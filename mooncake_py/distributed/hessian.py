@@ -1,6 +1,8 @@
 """Hessians and Hessian-vector products of one function, blocks of lanes spread over workers:
-:func:`hessian` and :func:`hvp_columns`."""
+:func:`hessian`, :func:`hvp_columns` and :func:`sparse_hessian`."""
 import numpy as np
+
+import mooncake_py as mp
 
 from . import worker
 from .client import backend, new_token
@@ -45,6 +47,8 @@ def _lane_blocks(f, x, args, block, factory, client, V):
         ctx.close()
         if b.name == "serial" or b.client.status == "running":
             b.run_everywhere(worker.drop, token)
+    if not parts:
+        return np.zeros((0, x.size), x.dtype)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
@@ -92,3 +96,34 @@ def hvp_columns(f, x, V, *args, block=128, factory=None, client=None):
     lanes = np.ascontiguousarray(V.T, dtype=np.result_type(x.dtype, V.dtype, np.float64)
                                  if not np.issubdtype(x.dtype, np.floating) else x.dtype)
     return np.ascontiguousarray(_lane_blocks(f, x, args, block, factory, client, lanes).T)
+
+
+def sparse_hessian(f, x, *args, pattern=None, block=128, order="largest_first",
+                   coloring="stars", factory=None, client=None):
+    """The Hessian of ``f(x, *args)`` as a ``scipy.sparse.csr_array``, its colors' HVPs
+    computed on the workers in blocks of ``block`` lanes; the numbers of
+    ``mp.prepare_sparse_hessian_cache(f, x, *args, chunk_size=block)``'s Hessian.
+
+    The pattern is detected here (fast: a run on index sets) unless ``pattern`` is given, and
+    star-colored with ``order`` and ``coloring`` (see :func:`mooncake_py.sparse_hessian`);
+    only the sweeps go to the workers. Worth it when there are many colors (a Hessian with
+    long rows); a few colors are one sweep, best done in one process. With ``f=None`` and
+    ``factory=`` (see :func:`hessian`), ``pattern`` is required.
+
+    Example:
+        >>> import numpy as np
+        >>> from mooncake_py import distributed as md
+        >>> f = lambda x: np.sum(x[1:] * x[:-1] ** 2)
+        >>> H = md.sparse_hessian(f, np.arange(1.0, 5.0), block=2, client="serial")
+        >>> H.nnz, H.toarray()[1]
+        (9, array([2., 6., 4., 0.]))
+    """
+    x = np.asarray(x)
+    if f is None and pattern is None:
+        raise ArgumentError("with f=None (a factory), pass the Hessian's pattern=: it is "
+                            "detected on the client, from f.")
+    cache = mp.prepare_sparse_hessian_cache(f, x, *args, pattern=pattern, order=order,
+                                            coloring=coloring)
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
+    V = cache.seeds(dtype).reshape((cache.n_colors,) + x.shape)
+    return cache.decompress(_lane_blocks(f, x, args, block, factory, client, V))

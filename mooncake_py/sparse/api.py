@@ -293,6 +293,33 @@ class SparseHessianCache(_ColoredCache):
     def _replan(self, pattern):
         return _HessianPlan(pattern, *self._coloring)
 
+    def seeds(self, dtype=np.float64):
+        """The ``(n_colors, n)`` 0/1 directions whose HVPs hold the Hessian: row ``c`` is the
+        indicator of the variables of color ``c``. With ``HV`` their products (``H @ seeds.T``
+        transposed, computed anywhere: in sweeps, on other processes), :meth:`decompress`
+        rebuilds H.
+
+        Example:
+            >>> import numpy as np, mooncake_py as mp
+            >>> f = lambda x: np.sum(x[1:] * x[:-1])
+            >>> c = mp.prepare_sparse_hessian_cache(f, np.ones(4))
+            >>> S = c.seeds()
+            >>> HV = np.stack([mp.hvp(f)(np.ones(4), s) for s in S])
+            >>> bool(np.array_equal(c.decompress(HV).toarray(), mp.hessian(f)(np.ones(4))))
+            True
+        """
+        return _seeds(self.plan.colors, self.plan.k, (self.plan.n,), dtype)
+
+    def decompress(self, HV):
+        """The Hessian, a ``scipy.sparse.csr_array`` on the cache's pattern, from the products
+        ``HV`` (shape ``(n_colors, n)``) of the Hessian with :meth:`seeds`. Example:
+        :meth:`seeds`."""
+        HV = np.asarray(HV)
+        if HV.shape != (self.plan.k, self.plan.n):
+            raise TangentError(f"decompress takes the products with the {self.plan.k} seeds, "
+                               f"shape ({self.plan.k}, {self.plan.n}), not {HV.shape}.")
+        return self.plan.decompress(HV)
+
     def __repr__(self):
         n, nnz = self.plan.n, self.plan.pattern.nnz
         return (f"SparseHessianCache({fname(self.spec.f)}, n={n}, nnz={nnz}, "
