@@ -1,6 +1,8 @@
 """The replayer of ``compile=True`` caches: each plan runs as a compiled kernel when
 :func:`~.compiled.compile_plan` accepts it, as compiled segments spliced into generated source
 when only runs of it compile (:func:`~.compiled.mix_plan`), and as generated source otherwise.
+Before the last two, runs of elementwise array steps ending in a full ``np.sum`` become fused
+kernels (:func:`~.fused.fuse_plan`), in gradient and HVP plans alike.
 """
 import warnings
 from typing import NamedTuple
