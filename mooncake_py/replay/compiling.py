@@ -1,6 +1,8 @@
 """The replayer of ``compile=True`` caches: each plan runs as a compiled kernel when
 :func:`~.compiled.compile_plan` accepts it, as compiled segments spliced into generated source
 when only runs of it compile (:func:`~.compiled.mix_plan`), and as generated source otherwise.
+Before the last two, runs of elementwise array steps ending in a full ``np.sum`` become fused
+kernels (:func:`~.fused.fuse_plan`), in gradient and HVP plans alike.
 """
 import warnings
 from typing import NamedTuple
@@ -22,6 +24,7 @@ from .compiled import (
     mix_plan,
     why_not,
 )
+from .fused import FusedPlan, fuse_plan
 from .plans import Plan, Replayer, _split_leaves
 from .source import _NOTHING, MIN_RUN, SourcePlan, _wrapped
 
@@ -77,13 +80,16 @@ class CompilingReplayer(Replayer):
                                   self.dual)
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None
+            recorded = plan
+            if cp is None:
+                plan = _fused(plan, leaves, self.dual) or plan
             if cp is None and not self.dual:
                 try:
                     cp = mix_plan(plan, _split_leaves(args, nums)[0] or ())
                 except Exception:  # noqa: BLE001
                     cp = None
             if cp is None:
-                plan._not_compiled = True
+                recorded._not_compiled = True
                 # the kernels take no part of it: generated source still beats stepping
                 # through the plan in Python (the default caches' replay)
                 self.plan = _source_wrapped(plan, self)
@@ -91,7 +97,7 @@ class CompilingReplayer(Replayer):
                 self.plan = _with_source_runs(cp, _split_leaves(args, nums)[0] or (), self)
             else:
                 self.plan = cp
-            if type(self.plan) not in _COMPILED:
+            if type(self.plan) not in _COMPILED and not self.report().compiled:
                 self._warn_fallback(f)
         elif plan is None and not self.disabled:
             self._warn_fallback(f)
@@ -119,7 +125,18 @@ class CompilingReplayer(Replayer):
 
 
 def _source_wrapped(plan, owner):
+    if type(plan) is FusedPlan:
+        return SourcePlan(plan, owner) if len(plan.steps) >= MIN_RUN else plan
     return _wrapped(plan, owner)
+
+
+def _fused(plan, leaves, dual):
+    """``plan`` with its elementwise runs fused (:func:`~.fused.fuse_plan`), or None."""
+    values = [leaf._value if type(leaf) is DualArray else leaf for leaf in leaves]
+    try:
+        return fuse_plan(plan, _node_info(plan, values), dual)
+    except Exception:  # noqa: BLE001  (no numba, a kernel it cannot build: the rule calls)
+        return None
 
 
 def _with_source_runs(mixed, leaves, owner):
@@ -207,9 +224,9 @@ def _stand_in(leaf):
     return np.broadcast_to(np.zeros((), np.asarray(v).dtype), np.shape(v))
 
 
-KERNEL, SEGMENT, SOURCE, RULE = ("compiled kernel", "compiled segment", "generated source",
-                                 "rule call")
-_COMPILED_HOW = (KERNEL, SEGMENT)
+KERNEL, SEGMENT, SOURCE, RULE, FUSED = ("compiled kernel", "compiled segment",
+                                        "generated source", "rule call", "fused kernel")
+_COMPILED_HOW = (KERNEL, SEGMENT, FUSED)
 
 
 class ReportRun(NamedTuple):
@@ -292,7 +309,7 @@ class CompileReport:
 def _base(plan):
     """The recorded Plan a running plan was made from."""
     while True:
-        if type(plan) in _COMPILED or type(plan) is MixedPlan:
+        if type(plan) in _COMPILED or type(plan) is MixedPlan or type(plan) is FusedPlan:
             plan = plan.plan
         elif type(plan) is SourcePlan:
             plan = plan.base
@@ -306,9 +323,13 @@ def _modes(plan, base):
     t = type(plan)
     if t in _COMPILED:
         return [KERNEL] * n
+    if t is FusedPlan:
+        return [FUSED if id(st) in plan.fused else RULE for st in base.steps]
     if t is MixedPlan:
+        inner = _modes(plan.plan, base) if type(plan.plan) is FusedPlan else [RULE] * n
         kept = {id(st) for st in plan.steps}
-        return [RULE if id(st) in kept else SEGMENT for st in base.steps]
+        return [SEGMENT if m == RULE and id(st) not in kept else m
+                for m, st in zip(inner, base.steps)]
     if t is SourcePlan:
         inner = _modes(plan.base, base)
         how = plan._how
@@ -358,7 +379,9 @@ def compile_report(replayer, kind=None):
     for s, (st, how) in enumerate(zip(base.steps, modes)):
         what, reason = why_not(st, info, codes)
         cause = reason is not None
-        if how in _COMPILED_HOW:
+        if how == FUSED:
+            reason, cause = None, False
+        elif how in _COMPILED_HOW:
             what, reason, cause = "", None, False
         elif reason is None:
             reason = _left_out(s, specs, replayer.dual)
@@ -371,8 +394,8 @@ def compile_report(replayer, kind=None):
         else:
             entries.append(ReportRun(s, s + 1, how, what, reason, cause))
         prev = (key,)
-    entries = [e._replace(what=f"{e.stop - e.start} steps") if e.how in _COMPILED_HOW else e
-               for e in entries]
+    entries = [e._replace(what=f"{e.stop - e.start} steps") if e.how in (KERNEL, SEGMENT)
+               else e for e in entries]
     return CompileReport(kind, status, entries, len(base.steps))
 
 
@@ -381,12 +404,12 @@ def _status(plan, modes):
         return "one compiled kernel"
     if type(plan) is CompiledHVPPlan:
         return "one compiled forward-over-reverse kernel"
-    ways = [m for m in (SEGMENT, SOURCE, RULE) if m in modes]
+    ways = [m for m in (FUSED, SEGMENT, SOURCE, RULE) if m in modes]
     if type(plan) is SourcePlan and plan._how is None:
         return "rule calls until the next replay makes the generated source"
     if ways == [RULE]:
         return "rule calls (Python replay): nothing compiled"
-    return {SEGMENT: "compiled segments", SOURCE: "generated source",
+    return {FUSED: "fused kernels", SEGMENT: "compiled segments", SOURCE: "generated source",
             RULE: "rule calls"}[ways[0]] + "".join(
                 f", {w}s" if w != RULE else ", rule calls" for w in ways[1:])
 
