@@ -153,12 +153,15 @@ def _prepared(make, compile):
         name = type(plan).__name__ if plan is not None else "none"
         out = {"prepare_s": prepare_s, "plan": name}
         if compile:
-            # A plan the kernel accepted is a CompiledPlan (or a Compiled* variant of it);
-            # anything else means the cache fell back to the Python replay or to recording.
-            out["compiled"] = "Compiled" in name
-            # a plan whose scalar runs are compiled segments between Python-replayed steps
-            out["partly_compiled"] = not out["compiled"] and any(
-                w in name for w in ("Mixed", "Segment"))
+            # the cache's own report: every step in a compiled kernel, segment or fused
+            # kernel, or only some of them (the rest replayed in Python)
+            try:
+                report = cache.compile_report()
+            except Exception:  # noqa: BLE001  (not recorded yet: nothing compiled)
+                report = None
+            out["compiled"] = report is not None and report.compiled
+            out["partly_compiled"] = not out["compiled"] and report is not None and \
+                len(report.fallbacks) < len(report.entries)
         return out
     return cache, info
 
