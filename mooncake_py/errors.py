@@ -293,7 +293,7 @@ class CompileFallbackWarning(MooncakeError, UserWarning):
 
     Example:
         >>> import warnings, numpy as np, mooncake_py as mp
-        >>> f = lambda x: np.sum(x ** 2)          # an array op: no scalar kernel step
+        >>> f = lambda x: np.sum(np.cumsum(x))    # a scan: no kernel for it
         >>> c = mp.prepare_gradient_cache(f, np.ones(3), compile=True)
         >>> with warnings.catch_warnings(record=True) as w:
         ...     warnings.simplefilter("always")
