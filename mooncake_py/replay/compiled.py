@@ -1560,7 +1560,8 @@ def _write_specs(plan, specs, info, dual=False):
         _, node, h, key, is_slot, ref, region, vshape, vdtype, bt = st
         r = root[node]
         shape_dt = info[r]
-        if bt is not buftype or region != () or vshape != () or shape_dt is None or \
+        if bt is not buftype or region != () or vshape != (() if is_slot else None) or \
+                shape_dt is None or \
                 shape_dt[1] != _F64_DT or not shape_dt[0] or \
                 (vdtype is not None and vdtype != _F64_DT):
             continue
