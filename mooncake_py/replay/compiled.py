@@ -57,8 +57,10 @@ from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from ..tape import fastpath
 from .plans import (
+    _ALLOCATORS,
     _BIN,
     _CONST,
+    _FRESH_LIKE,
     _GUARD,
     _ITEM,
     _LIKE,
@@ -70,6 +72,7 @@ from .plans import (
     _UNARY,
     Plan,
     _Failed,
+    _int_key,
 )
 from .writes import _VIEW_WRITE, _WRITE
 
@@ -83,6 +86,8 @@ _ARITH = {operator.add: 1, operator.sub: 2, operator.mul: 3, operator.truediv: 4
 _CMP = {np.greater: (">", 5), np.greater_equal: (">=", 6), np.less: ("<", 7),
         np.less_equal: ("<=", 8), np.equal: ("==", 9), np.not_equal: ("!=", 10)}
 _TRUTH, _NEG, _UNARY0 = 11, 12, 16
+# A segment's write of an element it holds as a scalar slot (see _Segment): V[slot] = operand
+_WRITE_OP = 13
 _EXACT_INT = 2 ** 53  # ints a float64 holds exactly: NumPy converts them without rounding
 # Numba spellings of the table's vocabulary calls that can appear in the unary entries below.
 _NB_CALLS = {"sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sinh", "cosh", "arctan",
@@ -189,9 +194,10 @@ _HEADER = ["import numpy as np", "import numba", ""]
 _JIT = "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)"
 
 
-def _forward_lines(fail):
+def _forward_lines(fail, writes=False):
     """The gradient kernels' forward loop over the steps (values into ``V``); ``fail``: the
-    statement that ends the kernel when a guard does not hold."""
+    statement that ends the kernel when a guard does not hold; ``writes``: with the segments'
+    element writes (:data:`_WRITE_OP`)."""
     unary = _unary_ops()
     i1, i2, i3 = " " * 12, " " * 16, " " * 20
     src = ["    m = OP.shape[0]",
@@ -212,14 +218,18 @@ def _forward_lines(fail):
     src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[a] != 0.0) != (D[s] == 1):",
             f"{i2}{fail}",
             f"        elif op == {_NEG}:", f"{i1}V[D[s]] = -V[a]"]
+    if writes:
+        src += [f"        elif op == {_WRITE_OP}:", f"{i1}V[D[s]] = V[a] if a >= 0 else C[s]"]
     for k, (_, fwd, _, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}ua = V[a]", f"{i1}V[D[s]] = {fwd}"]
     return src
 
 
-def _reverse_lines():
+def _reverse_lines(writes=False):
     """The gradient kernels' reverse sweep over the steps (cotangents ``ADJ``, reached flags
-    ``R``, seeded by the caller's lines), adding the inputs' cotangents into ``G``."""
+    ``R``, seeded by the caller's lines), adding the inputs' cotangents into ``G``. A write
+    (``writes``) passes its slot's cotangent to the value written and zeroes it, as the tape's
+    write pullback splits a buffer's cotangent."""
     unary = _unary_ops()
     i1, i2 = " " * 12, " " * 16
     src = ["    for s in range(m - 1, -1, -1):",
@@ -241,6 +251,9 @@ def _reverse_lines():
            f"{i1}else:", f"{i2}ga = g * (1 / bv)", f"{i2}gb = g * (-V[d] / bv)",
            f"{i1}if a >= 0:"] + _acc("a", "ga", i2) + [f"{i1}if b >= 0:"] + _acc("b", "gb", i2)
     src += [f"        elif op == {_NEG}:"] + _acc("a", "-g", i1)
+    if writes:
+        src += [f"        elif op == {_WRITE_OP}:", f"{i1}if a >= 0:"] + _acc("a", "g", i2) + \
+            [f"{i1}ADJ[d] = 0.0"]
     for k, (_, _, der, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}uy = V[d]",
                 f"{i1}ua = V[a]"] + _acc("a", f"g * ({der})", i1)
@@ -277,7 +290,7 @@ def segment_kernel_source():
         True
     """
     src = _HEADER + [_JIT, "def mp_forward(OP, A, B, C, D, X, n):", "    V = np.empty(n)"] + \
-        _forward_lines("return False, V") + ["    return True, V", "", "",
+        _forward_lines("return False, V", True) + ["    return True, V", "", "",
                                              _JIT, "def mp_reverse(OP, A, B, C, D, V, SN, SV, nx):",
                                              "    n = V.shape[0]",
                                              "    m = OP.shape[0]",
@@ -287,7 +300,7 @@ def segment_kernel_source():
                                              "    for j in range(SN.shape[0]):",
                                              "        ADJ[SN[j]] = SV[j]",
                                              "        R[SN[j]] = True"] + \
-        _reverse_lines() + ["    return G", ""]
+        _reverse_lines(True) + ["    return G", ""]
     return "\n".join(src)
 
 
@@ -350,31 +363,19 @@ def _indent(lines, ind):
     return [ind + ln for ln in lines]
 
 
-def hvp_kernel_source():
-    """The forward-over-reverse interpreter's module source: the plan's steps on (value,
-    tangent) pairs, then the reverse sweep on cotangents that are duals or plain numbers, as
-    the tape's sweep runs on duals: the seed is a plain 1, ``+``/``-`` pass a cotangent on as it
-    is, and the other ops' pullbacks are the frules of ``ew_pullback`` that dual/elementwise.py
-    generates from the table (the same programs, as scalar statements), chosen by which of
-    (cotangent, operands) carry a tangent. Returns the value, its tangent, the gradient and
-    H·v (for the direction the inputs' tangents ``XT`` hold).
+def _hvp_binary():
+    return [(TABLE["add"], "+", 1), (TABLE["subtract"], "-", 2),
+            (TABLE["multiply"], "*", 3), (BY_UFUNC[np.true_divide], "/", 4)]
 
-    Example:
-        >>> "def mp_hvp(" in hvp_kernel_source()
-        True
-    """
+
+def _hvp_forward_lines(fail, writes=False):
+    """The forward-over-reverse kernels' forward loop (values into ``V``, tangents into
+    ``T``); ``fail`` and ``writes`` as for :func:`_forward_lines`."""
     unary = _unary_ops()
     P = _ProgramToNumba()
     i1, i2, i3 = " " * 12, " " * 16, " " * 20
-    fail = "return False, 0.0, 0.0, np.zeros(nx), np.zeros(nx)"
-    binary = [(TABLE["add"], "+", 1), (TABLE["subtract"], "-", 2),
-              (TABLE["multiply"], "*", 3), (BY_UFUNC[np.true_divide], "/", 4)]
-    src = ["import numpy as np", "import numba", "",
-           "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
-           "def mp_hvp(OP, A, B, C, D, X, XT, n, ynode, nx):",
-           "    V = np.empty(n)",
-           "    T = np.empty(n)",
-           "    m = OP.shape[0]",
+    binary = _hvp_binary()
+    src = ["    m = OP.shape[0]",
            "    for s in range(m):",
            "        op = OP[s]",
            "        ia = A[s]",
@@ -402,43 +403,51 @@ def hvp_kernel_source():
         src += [f"{i1}elif op == {code}:", f"{i2}if (a {sym} b) != (dn == 1):", f"{i3}{fail}"]
     src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[ia] != 0.0) != (dn == 1):",
             f"{i2}{fail}"]
+    if writes:  # (a constant written has no tangent: the tape writes 0 into the tangent)
+        src += [f"        elif op == {_WRITE_OP}:", f"{i1}if ia >= 0:",
+                f"{i2}V[dn] = V[ia]", f"{i2}T[dn] = T[ia]", f"{i1}else:",
+                f"{i2}V[dn] = C[s]", f"{i2}T[dn] = 0.0"]
     for code, (e, fwd) in [(_NEG, (TABLE["negative"], "-a"))] + [
             (_UNARY0 + k, (BY_UFUNC[uf], fwd.replace("ua", "a")))
             for k, (uf, fwd, _, _) in enumerate(unary)]:
         stmts, (ty,) = P.lines(e, "f", 0, (True,))
         src += [f"        elif op == {code}:", f"{i1}a = V[ia]", f"{i1}ta = T[ia]",
                 f"{i1}y = {fwd}", f"{i1}V[dn] = y"] + _indent(stmts, i1) + [f"{i1}T[dn] = {ty}"]
-    src += ["    G = np.zeros(nx)",
-            "    GT = np.zeros(nx)",
-            "    ADJ = np.empty(n)",
-            "    ADT = np.empty(n)",
-            "    R = np.zeros(n, dtype=np.bool_)",
-            "    DT = np.zeros(n, dtype=np.bool_)",  # whether the cotangent is a dual
-            "    ADJ[ynode] = 1.0",
-            "    R[ynode] = True",
-            "    for s in range(m - 1, -1, -1):",
-            "        op = OP[s]",
-            "        dn = D[s]",
-            f"        if (op >= 5 and op <= {_TRUTH}) or not R[dn]:",
-            "            continue",
-            "        g = ADJ[dn]",
-            "        tg = ADT[dn]",
-            "        P = DT[dn]",
-            "        ia = A[s]",
-            "        ib = B[s]",
-            "        if op == 0:",
-            f"{i1}G[ia] += g",
-            f"{i1}if P:",
-            f"{i2}GT[ia] += tg",
-            "        elif op <= 2:",
-            f"{i1}nb = g if op == 1 else -g",
-            f"{i1}ntb = tg if op == 1 else -tg",
-            f"{i1}if P:",
-            f"{i2}if ia >= 0:"] + _acc2("ia", "g", "tg", i3) + [
-            f"{i2}if ib >= 0:"] + _acc2("ib", "nb", "ntb", i3) + [
-            f"{i1}else:",
-            f"{i2}if ia >= 0:"] + _acc2("ia", "g", None, i3) + [
-            f"{i2}if ib >= 0:"] + _acc2("ib", "nb", None, i3)
+    return src
+
+
+def _hvp_reverse_lines(writes=False):
+    """The forward-over-reverse kernels' reverse sweep (cotangents ``ADJ``/``ADT``, reached
+    flags ``R``, dual flags ``DT``, seeded by the caller's lines), adding the inputs'
+    cotangents into ``G``/``GT`` (with ``writes``, a segment's: also which are duals, ``GD``,
+    and its element writes)."""
+    unary = _unary_ops()
+    P = _ProgramToNumba()
+    i1, i2, i3 = " " * 12, " " * 16, " " * 20
+    binary = _hvp_binary()
+    src = ["    for s in range(m - 1, -1, -1):",
+           "        op = OP[s]",
+           "        dn = D[s]",
+           f"        if (op >= 5 and op <= {_TRUTH}) or not R[dn]:",
+           "            continue",
+           "        g = ADJ[dn]",
+           "        tg = ADT[dn]",
+           "        P = DT[dn]",
+           "        ia = A[s]",
+           "        ib = B[s]",
+           "        if op == 0:",
+           f"{i1}G[ia] += g",
+           f"{i1}if P:",
+           f"{i2}GT[ia] += tg"] + ([f"{i2}GD[ia] = True"] if writes else []) + [
+           "        elif op <= 2:",
+           f"{i1}nb = g if op == 1 else -g",
+           f"{i1}ntb = tg if op == 1 else -tg",
+           f"{i1}if P:",
+           f"{i2}if ia >= 0:"] + _acc2("ia", "g", "tg", i3) + [
+           f"{i2}if ib >= 0:"] + _acc2("ib", "nb", "ntb", i3) + [
+           f"{i1}else:",
+           f"{i2}if ia >= 0:"] + _acc2("ia", "g", None, i3) + [
+           f"{i2}if ib >= 0:"] + _acc2("ib", "nb", None, i3)
     for e, _, code in binary[2:]:
         src += [f"        elif op == {code}:",
                 f"{i1}y = V[dn]",
@@ -459,6 +468,10 @@ def hvp_kernel_source():
                     first = False
     src += [f"        elif op == {_NEG}:", f"{i1}if P:"] + _acc2("ia", "-g", "-tg", i2) + \
         [f"{i1}else:"] + _acc2("ia", "-g", None, i2)
+    if writes:
+        src += [f"        elif op == {_WRITE_OP}:", f"{i1}if ia >= 0:", f"{i2}if P:"] + \
+            _acc2("ia", "g", "tg", i3) + [f"{i2}else:"] + _acc2("ia", "g", None, i3) + \
+            [f"{i1}ADJ[dn] = 0.0", f"{i1}ADT[dn] = 0.0"]
     for k, (uf, _, _, _) in enumerate(unary):
         src += [f"        elif op == {_UNARY0 + k}:", f"{i1}a = V[ia]", f"{i1}ta = T[ia]",
                 f"{i1}y = V[dn]"]
@@ -466,7 +479,69 @@ def hvp_kernel_source():
             stmts, outs = P.lines(BY_UFUNC[uf], "p", 0, (pg, True))
             src += [f"{i1}{'if P' if pg else 'else'}:"] + _indent(stmts, i2) + \
                 _acc2("ia", outs[0], outs[1] if len(outs) > 1 else None, i2)
-    src += ["    return True, V[ynode], T[ynode], G, GT", ""]
+    return src
+
+
+def hvp_kernel_source():
+    """The forward-over-reverse interpreter's module source: the plan's steps on (value,
+    tangent) pairs, then the reverse sweep on cotangents that are duals or plain numbers, as
+    the tape's sweep runs on duals: the seed is a plain 1, ``+``/``-`` pass a cotangent on as it
+    is, and the other ops' pullbacks are the frules of ``ew_pullback`` that dual/elementwise.py
+    generates from the table (the same programs, as scalar statements), chosen by which of
+    (cotangent, operands) carry a tangent. Returns the value, its tangent, the gradient and
+    H·v (for the direction the inputs' tangents ``XT`` hold).
+
+    Example:
+        >>> "def mp_hvp(" in hvp_kernel_source()
+        True
+    """
+    fail = "return False, 0.0, 0.0, np.zeros(nx), np.zeros(nx)"
+    src = _HEADER + [_JIT, "def mp_hvp(OP, A, B, C, D, X, XT, n, ynode, nx):",
+                     "    V = np.empty(n)",
+                     "    T = np.empty(n)"] + _hvp_forward_lines(fail) + [
+        "    G = np.zeros(nx)",
+        "    GT = np.zeros(nx)",
+        "    ADJ = np.empty(n)",
+        "    ADT = np.empty(n)",
+        "    R = np.zeros(n, dtype=np.bool_)",
+        "    DT = np.zeros(n, dtype=np.bool_)",  # whether the cotangent is a dual
+        "    ADJ[ynode] = 1.0",
+        "    R[ynode] = True"] + _hvp_reverse_lines() + \
+        ["    return True, V[ynode], T[ynode], G, GT", ""]
+    return "\n".join(src)
+
+
+def hvp_segment_kernel_source():
+    """The mixed HVP plans' kernels, as :func:`segment_kernel_source` is for gradients, on
+    (value, tangent) pairs: ``mp_dforward`` returns the segment's values and tangents;
+    ``mp_dreverse`` takes its outputs' cotangents (``SN`` nodes, ``SV`` values, ``ST``
+    tangents, ``SD`` whether each is a dual) and returns the cotangents of ``X`` (values,
+    tangents, whether each is a dual). The statements are the HVP kernel's.
+
+    Example:
+        >>> "def mp_dreverse(" in hvp_segment_kernel_source()
+        True
+    """
+    src = _HEADER + [_JIT, "def mp_dforward(OP, A, B, C, D, X, XT, n):",
+                     "    V = np.empty(n)",
+                     "    T = np.empty(n)"] + \
+        _hvp_forward_lines("return False, V, T", True) + [
+        "    return True, V, T", "", "",
+        _JIT, "def mp_dreverse(OP, A, B, C, D, V, T, SN, SV, ST, SD, nx):",
+        "    n = V.shape[0]",
+        "    m = OP.shape[0]",
+        "    G = np.zeros(nx)",
+        "    GT = np.zeros(nx)",
+        "    GD = np.zeros(nx, dtype=np.bool_)",
+        "    ADJ = np.empty(n)",
+        "    ADT = np.empty(n)",
+        "    R = np.zeros(n, dtype=np.bool_)",
+        "    DT = np.zeros(n, dtype=np.bool_)",
+        "    for j in range(SN.shape[0]):",
+        "        ADJ[SN[j]] = SV[j]",
+        "        ADT[SN[j]] = ST[j]",
+        "        DT[SN[j]] = SD[j]",
+        "        R[SN[j]] = True"] + _hvp_reverse_lines(True) + ["    return G, GT, GD", ""]
     return "\n".join(src)
 
 
@@ -560,11 +635,25 @@ def _self_test_segment(ks):
     return g.tolist() == [5.0, 3.0]
 
 
+def _self_test_hvp_segment(ks):
+    """As :func:`_self_test_hvp`, for the HVP segment kernels, from a plain seed of y."""
+    fwd, rev = ks
+    ok, V, T = fwd(*_TEST_PLAN, np.array([3.0, 5.0]), np.array([1.0, 2.0]), 5)
+    if not ok or V[4] != 13.0 or T[4] != 11.0:
+        return False
+    g, gt, gd = rev(*_TEST_PLAN, V, T, np.array([4], np.int64), np.array([1.0]),
+                    np.array([0.0]), np.array([False]), 2)
+    return g.tolist() == [5.0, 3.0] and gt.tolist() == [2.0, 1.0] and bool(gd.all())
+
+
 # kind -> (source generator, file stem prefix, function name(s), self-test, TIMES key)
 _KINDS = {"gradient": (kernel_source, "replay_", "mp_replay", _self_test, "load_s"),
           "hvp": (hvp_kernel_source, "hvp_replay_", "mp_hvp", _self_test_hvp, "hvp_load_s"),
           "segment": (segment_kernel_source, "segment_replay_", ("mp_forward", "mp_reverse"),
-                      _self_test_segment, "segment_load_s")}
+                      _self_test_segment, "segment_load_s"),
+          "hvp_segment": (hvp_segment_kernel_source, "hvp_segment_replay_",
+                          ("mp_dforward", "mp_dreverse"), _self_test_hvp_segment,
+                          "hvp_segment_load_s")}
 
 
 def _opcodes():
@@ -648,6 +737,19 @@ def segment_kernels():
         True
     """
     return _load("segment")
+
+
+def hvp_segment_kernels():
+    """((forward, reverse) HVP segment kernels, the opcode of each unary ufunc), compiled or
+    loaded on first use; see :func:`hvp_segment_kernel_source`.
+
+    Example:
+        >>> (fwd, rev), codes = hvp_segment_kernels()
+        >>> import numpy as np
+        >>> codes[np.sin] == kernel()[1][np.sin]
+        True
+    """
+    return _load("hvp_segment")
 
 
 def _number(v):
@@ -1170,19 +1272,37 @@ class _SegmentState(np.ndarray):
 
 class _Segment:
     """A run of a mixed plan's steps encoded for the segment kernels: the nodes it reads from
-    outside (scalars, and arrays it reads elements of), its steps, its outputs."""
+    outside (scalars, arrays it reads elements of, and the buffers it writes), its steps, its
+    outputs.
+
+    A buffer written in the run (write specs of :func:`_write_specs`) is held as scalar slots,
+    one per element the run reads or writes: loaded from the buffer as the run begins (as
+    op-0 reads of ``X``), read by copying (``* 1.0``: the same bits, and a cotangent passed
+    on as it is), written by :data:`_WRITE_OP`, stored back into the buffer as it ends. Its
+    last state is an output (the buffer itself) when later steps read it; its cotangent seeds
+    the slots, and the buffer's state before the run gets that cotangent with the slots'
+    elements replaced by theirs: what the tape's write and read pullbacks give, element by
+    element."""
 
     def __init__(self, specs, lo, outputs, info, fns):
         self.fns = fns
-        scalars, arrays = {}, {}
-        for _, ea, eb, _, _ in specs:
+        chain = {}  # a buffer state written or read in the run -> its state before the run
+        lastw = {}
+        for code, _, eb, _, d in specs:
+            if code == _WRITE_OP:
+                chain[d] = chain.setdefault(eb[1], eb[1])
+                lastw[chain[d]] = d
+        scalars, arrays, slots = {}, {}, {}
+        for code, ea, eb, _, _ in specs:
             for e in (ea, eb):
                 if e is None:
                     continue
                 if e[0] == "s" and e[1] < lo:
                     scalars.setdefault(e[1], len(scalars))
-                elif e[0] == "e":
+                elif e[0] == "e" and e[1] not in chain:
                     arrays.setdefault(e[1], None)
+                elif e[0] in "eb":
+                    slots.setdefault((chain[e[1]], e[2]), len(slots))
         self.nscalar = E = len(scalars)
         o, self.arrays = E, []
         for node in arrays:
@@ -1191,11 +1311,20 @@ class _Segment:
             arrays[node] = o
             self.arrays.append((shape, o, size))
             o += size
-        self.nx = o
-        self.external = tuple(scalars) + tuple(arrays)
         last = max(sp[4] for sp in specs if sp[0] <= 4 or sp[0] >= _NEG)
-        self.n = E + last - lo + 1
-        m = E + len(specs)
+        nodes = E + last - lo + 1
+        roots = list(dict.fromkeys(r for r, _ in slots))
+        self.buffers = []  # (shape, first X offset, element offsets, their slots)
+        for r in roots:
+            elems = [(off, nodes + k) for (q, off), k in slots.items() if q == r]
+            self.buffers.append((info[r][0], o, np.array([e for e, _ in elems], np.int64),
+                                 np.array([k for _, k in elems], np.int64)))
+            o += len(elems)
+        self.nx = o
+        self.external = tuple(scalars) + tuple(arrays) + tuple(roots)
+        self.n = nodes + len(slots)
+        S = len(slots)
+        m = E + S + len(specs)
         op = np.zeros(m, np.int64)
         a = np.full(m, -1, np.int64)
         b = np.full(m, -1, np.int64)
@@ -1203,51 +1332,289 @@ class _Segment:
         dst = np.zeros(m, np.int64)
         a[:E] = np.arange(E)  # the scalars read from outside: op 0, X[k] -> local node k
         dst[:E] = np.arange(E)
+        s = E
+        for _, xo, _, sl in self.buffers:  # the slots, loaded from their buffers
+            a[s:s + len(sl)] = np.arange(xo, xo + len(sl))
+            dst[s:s + len(sl)] = sl
+            s += len(sl)
 
         def local(e):
             if e is None:
                 return -1
             return scalars[e[1]] if e[1] < lo else E + e[1] - lo
-        for s, (code, ea, eb, const, d) in enumerate(specs, E):
+
+        def slot(e):
+            return nodes + slots[(chain[e[1]], e[2])]
+        for s, (code, ea, eb, const, d) in enumerate(specs, E + S):
             op[s], c[s] = code, const
             if code == 0:
-                a[s], dst[s] = arrays[ea[1]] + ea[2], E + d - lo
+                if ea[1] in chain:
+                    op[s], a[s], c[s], dst[s] = 3, slot(ea), 1.0, E + d - lo
+                else:
+                    a[s], dst[s] = arrays[ea[1]] + ea[2], E + d - lo
+                continue
+            if code == _WRITE_OP:
+                a[s], dst[s] = local(ea), slot(eb)
                 continue
             a[s], b[s] = local(ea), local(eb)
             dst[s] = d if _TRUTH >= code >= 5 else E + d - lo
         self.code = (op, a, b, c, dst)
-        self.outputs = {node: E + node - lo for node in outputs}
+        self.outputs, self.buffer_outputs = {}, {}
+        for node in outputs:
+            if node in chain:
+                if lastw[chain[node]] != node:  # (a stale state: the recording never reads one)
+                    raise ValueError("a buffer's earlier state is read after the run")
+                self.buffer_outputs[node] = -1 - roots.index(chain[node])
+            else:
+                self.outputs[node] = E + node - lo
 
-    def forward(self, values):
-        _check_rules(self.fns)
-        (fwd, _), _ = segment_kernels()
+    def _fill(self, values):
+        """``X`` for ``values`` (of :attr:`external`), and the buffers' flat views."""
         X = np.empty(self.nx)
         E = self.nscalar
         for k in range(E):
             X[k] = float(values[k])
-        for v, (shape, o, size) in zip(values[E:], self.arrays):
+        A = len(self.arrays)
+        for v, (shape, o, size) in zip(values[E:E + A], self.arrays):
             if not _f64_array(v, shape):
                 raise _Failed()
             X[o:o + size] = v.reshape(-1)
+        flats = []
+        for v, (shape, o, idx, _) in zip(values[E + A:], self.buffers):
+            if not _f64_array(v, shape) or not v.flags.c_contiguous or not v.flags.writeable:
+                raise _Failed()
+            flat = v.reshape(-1)
+            X[o:o + len(idx)] = flat[idx]
+            flats.append(flat)
+        return X, flats
+
+    def forward(self, values):
+        _check_rules(self.fns)
+        (fwd, _), _ = segment_kernels()
+        X, flats = self._fill(values)
         ok, V = fwd(*self.code, X, self.n)
         if not ok:
             raise _Failed()
+        for flat, (_, _, idx, sl) in zip(flats, self.buffers):
+            flat[idx] = V[sl]
         state = V.view(_SegmentState)
         state.seeds = {}
         state.values = V
+        state.buffers = values[len(values) - len(self.buffers):]
         return state, lambda g: self.reverse(state)
+
+    def _seeds(self, seeds):
+        """(nodes, cotangents) seeding the reverse kernel, and each buffer's cotangent."""
+        sn, sv, bufs = [], [], {}
+        for k, g in seeds.items():
+            if k >= 0:
+                sn.append(k)
+                sv.append(float(g))
+                continue
+            shape, _, idx, sl = self.buffers[-1 - k]
+            g = _dense(g, shape)
+            bufs[-1 - k] = g
+            sn += sl.tolist()
+            sv += g.reshape(-1)[idx].tolist()
+        return np.array(sn, np.int64), np.array(sv), bufs
 
     def reverse(self, state):
         seeds = state.seeds
         if not seeds:
             return (None,) * len(self.external)
         (_, rev), _ = segment_kernels()
-        sn = np.fromiter(seeds.keys(), np.int64, len(seeds))
-        sv = np.array([float(g) for g in seeds.values()])
+        sn, sv, bufs = self._seeds(seeds)
         G = rev(*self.code, state.values, sn, sv, self.nx)
         E = self.nscalar
-        return tuple(_F64(G[k]) for k in range(E)) + tuple(
-            G[o:o + size].reshape(shape) for shape, o, size in self.arrays)
+        out = [_F64(G[k]) for k in range(E)] + [
+            G[o:o + size].reshape(shape) for shape, o, size in self.arrays]
+        for k, (shape, o, idx, _) in enumerate(self.buffers):
+            g = bufs.get(k)
+            g = np.zeros(shape) if g is None else np.array(g, _F64)
+            g.reshape(-1)[idx] = G[o:o + len(idx)]
+            out.append(g)
+        return tuple(out)
+
+
+def _dense(g, shape):
+    """A buffer's cotangent ``g`` as a float64 ndarray of ``shape`` (raises _Failed)."""
+    if type(g) is not np.ndarray and hasattr(g, "dense"):
+        g = g.dense()
+    if type(g) is not np.ndarray or g.shape != shape or g.dtype != _F64_DT:
+        raise _Failed()
+    return g
+
+
+class _DualSegment(_Segment):
+    """A :class:`_Segment` of a plan recorded on duals (an HVP cache's), run by the HVP
+    segment kernels: it reads dual scalars and dual float64 arrays of one tag (one direction)
+    from outside, writes its buffers' values and tangents, makes its outputs as dual scalars,
+    and sweeps the cotangents its outputs received (plain numbers or duals of that tag) back
+    as the HVP kernel does."""
+
+    def forward(self, values):
+        _check_rules(self.fns)
+        (fwd, _), _ = hvp_segment_kernels()
+        D = DualArray
+        tag = None
+        vals, tans = [], []
+        for d in values:
+            if type(d) is not D or (tag is not None and d._tag is not tag):
+                raise _Failed()
+            tag = d._tag
+            vals.append(d._value)
+            tans.append(d._tangent)
+        if tag is None or tag.lanes or tag._watch:
+            raise _Failed()
+        X, flats = self._fill(vals)
+        XT, tflats = self._fill(tans)
+        ok, V, T = fwd(*self.code, X, XT, self.n)
+        if not ok:
+            raise _Failed()
+        for flat, tflat, (_, _, idx, sl) in zip(flats, tflats, self.buffers):
+            flat[idx] = V[sl]
+            tflat[idx] = T[sl]
+        state = V.view(_SegmentState)
+        state.seeds, state.tag, state.vs, state.ts = {}, tag, V, T
+        state.values = {k: D(_F64(V[k]), _F64(T[k]), tag) for k in self.outputs.values()}
+        state.buffers = values[len(values) - len(self.buffers):]
+        return state, lambda g: self.reverse(state)
+
+    def reverse(self, state):
+        seeds = state.seeds
+        if not seeds:
+            return (None,) * len(self.external)
+        (_, rev), _ = hvp_segment_kernels()
+        D, tag = DualArray, state.tag
+        sn, sv, st, sd, bufs = [], [], [], [], {}
+        for k, g in seeds.items():
+            dual = type(g) is D
+            if dual and g._tag is not tag:
+                raise _Failed()
+            if k >= 0:
+                sn.append(k)
+                sv.append(float(g._value if dual else g))
+                st.append(float(g._tangent) if dual else 0.0)
+                sd.append(dual)
+                continue
+            shape, _, idx, sl = self.buffers[-1 - k]
+            gv = _dense(g._value if dual else g, shape)
+            gt = _dense(g._tangent, shape) if dual else None
+            bufs[-1 - k] = (gv, gt)
+            sn += sl.tolist()
+            sv += gv.reshape(-1)[idx].tolist()
+            st += gt.reshape(-1)[idx].tolist() if dual else [0.0] * len(idx)
+            sd += [dual] * len(idx)
+        G, GT, GD = rev(*self.code, state.vs, state.ts, np.array(sn, np.int64), np.array(sv),
+                        np.array(st), np.array(sd, np.bool_), self.nx)
+        E = self.nscalar
+        out = [D(_F64(G[k]), _F64(GT[k]), tag) if GD[k] else _F64(G[k]) for k in range(E)]
+        for shape, o, size in self.arrays:
+            g = G[o:o + size].reshape(shape)
+            out.append(D(g, GT[o:o + size].reshape(shape), tag) if GD[o:o + size].any() else g)
+        for k, (shape, o, idx, _) in enumerate(self.buffers):
+            gv, gt = bufs.get(k, (None, None))
+            gv = np.zeros(shape) if gv is None else np.array(gv, _F64)
+            gv.reshape(-1)[idx] = G[o:o + len(idx)]
+            if gt is None and not GD[o:o + len(idx)].any():
+                out.append(gv)
+                continue
+            gt = np.zeros(shape) if gt is None else np.array(gt, _F64)
+            gt.reshape(-1)[idx] = GT[o:o + len(idx)]
+            out.append(D(gv, gt, tag))
+        return tuple(out)
+
+
+def _write_specs(plan, specs, info, dual=False):
+    """Give each write that a segment can make a spec (in place), and ``info`` its node:
+    ``buf[i, j] = v`` of a float64 scalar (or number; with ``dual``, a dual scalar into a
+    dual buffer) into one element of a float64 buffer that ``f`` allocated, whose states are
+    read, up to its last such write, only by element reads and by its writes. A segment does
+    not undo and redo its writes in the sweep (the tape's MutatingTape does, so that
+    pullbacks read the values they saw): those readers' pullbacks read no values, so
+    nothing can tell. Returns the nodes of the writes given a spec.
+
+    Example:
+        >>> _write_specs(type("P", (), {"steps": []})(), [], [])
+        set()
+    """
+    steps = plan.steps
+    buftype = DualArray if dual else np.ndarray
+    made_by, root, readers = {}, {}, {}
+    for k, st in enumerate(steps):
+        kind = st[0]
+        if kind == _OP:
+            made_by[st[6]] = k
+        elif kind == _LIKE:
+            made_by[st[1]] = k
+            if type(st[7]) is tuple and info[st[1]] is None:
+                info[st[1]] = (st[7], np.dtype(st[8]))
+        elif kind == _WRITE:
+            root[st[1]] = root.get(st[2], st[2])
+        for p in _step_refs(st) or ():
+            readers.setdefault(p, []).append(k)
+    took = {}  # chain root -> [(step, spec)]
+    for k, st in enumerate(steps):
+        if st[0] != _WRITE:
+            continue
+        _, node, h, key, is_slot, ref, region, vshape, vdtype, bt = st
+        r = root[node]
+        shape_dt = info[r]
+        if bt is not buftype or region != () or vshape != (() if is_slot else None) or \
+                shape_dt is None or \
+                shape_dt[1] != _F64_DT or not shape_dt[0] or \
+                (vdtype is not None and vdtype != _F64_DT):
+            continue
+        first = steps[made_by[r]] if r in made_by else None
+        if first is None or not ((first[0] == _OP and first[1] in _ALLOCATORS) or
+                                 (first[0] == _LIKE and first[2] in _FRESH_LIKE)):
+            continue
+        off = _flat_index(key, shape_dt[0])
+        if off is None:
+            continue
+        if is_slot:
+            if type(ref) is not int or info[ref] != ((), _F64_DT):
+                continue
+            value, const = ("s", ref), 0.0
+        else:
+            const = _number(ref)
+            if const is None:
+                continue
+            value = None
+        took.setdefault(r, []).append((k, (_WRITE_OP, value, ("b", h, off), const, node)))
+    states = {}
+    for node, r in root.items():
+        states.setdefault(r, [r]).append(node)
+    done = set()
+    for r, ws in took.items():
+        end = ws[-1][0]
+        safe = True
+        for p in states[r]:
+            for k in readers.get(p, ()):
+                st = steps[k]
+                if k > end or (st[0] == _WRITE and st[2] == p and not
+                               (st[4] and st[5] == p)) or _item_read(st, p):
+                    continue
+                safe = False
+        if not safe:
+            continue
+        for p in states[r]:
+            info[p] = info[r]
+        for k, spec in ws:
+            specs[k] = spec
+            done.add(spec[4])
+    return done
+
+
+def _item_read(st, p):
+    """Whether plan step ``st`` reads one element of node ``p`` by int keys (a scalar out)."""
+    if st[0] == _ITEM:
+        return st[3] == p
+    if st[0] == _OP and st[1] is operator.getitem and st[7] == ():
+        tmpl = st[3]
+        return len(tmpl) == 2 and tmpl[0] == (_SLOT, p) and tmpl[1][0] == _CONST and \
+            _int_key(tmpl[1][1])
+    return False
 
 
 def _segment_forward(segment, *values):
@@ -1279,9 +1646,26 @@ def _segment_output_rule(args, kwargs, needs):
     return state.values[k], pullback
 
 
+def _segment_buffer(state, k):
+    """A mixed plan's stand-in for a buffer a segment wrote, read after it (never called)."""
+    raise TypeError("_segment_buffer is a replay-plan marker")
+
+
+def _segment_buffer_rule(args, kwargs, needs):
+    state, k = args
+    buf = state.buffers[-1 - k]
+
+    def pullback(g):
+        seeds = state.seeds
+        seeds[k] = g
+        return _NO_CT if len(seeds) == 1 else _NONE_CT
+    return buf, pullback
+
+
 # Plan.run calls an _OP step's rule if it is still the registered one
 RRULES[_segment_forward] = _segment_forward_rule
 RRULES[_segment_output] = _segment_output_rule
+RRULES[_segment_buffer] = _segment_buffer_rule
 
 
 class MixedPlan(Plan):
@@ -1294,7 +1678,7 @@ class MixedPlan(Plan):
         return out
 
 
-def mix_plan(plan, leaves):
+def mix_plan(plan, leaves, dual=False):
     """``plan`` with every run of at least :data:`MIN_SEGMENT` consecutive steps that the
     kernels run replaced by a compiled segment, as a :class:`MixedPlan`; None when there is
     no such run. The other steps stay as they are, Python replay.
@@ -1326,18 +1710,41 @@ def mix_plan(plan, leaves):
     """
     if plan is None or len(plan.steps) > MAX_STEPS:
         return None
+    if dual:
+        if not leaves or not all(type(leaf) is DualArray and
+                                 _f64_array(leaf._tangent, np.shape(leaf._value))
+                                 for leaf in leaves):
+            return None
+        leaves = [leaf._value for leaf in leaves]
+        hvp_segment_kernels()  # (no numba, or a kernel that fails its test: no mixed plan)
     _, codes = kernel()  # (the opcodes; and no numba: no mixed plan either)
     info = _node_info(plan, leaves)
-    specs = [_step_spec(st, info, codes) for st in plan.steps]
-    segments = plan_segments(plan, specs, MIN_SEGMENT)
+    # (the writes first: they give the buffer's states the info that their element reads'
+    # specs need)
+    writes = [None] * len(plan.steps)
+    if getattr(plan, "writes", None):
+        _write_specs(plan, writes, info, dual)
+    specs = [w or _step_spec(st, info, codes) for st, w in zip(plan.steps, writes)]
+    segments = plan_segments(plan, specs, MIN_SEGMENT, node_of=_made)
     if not segments:
         return None
     mixed = MixedPlan.__new__(MixedPlan)
     mixed.__dict__.update(plan.__dict__)
-    mixed.steps, mixed.parents, mixed.segments = splice_segments(plan, segments, specs, info,
-                                                                 _Segment)
+    mixed.__dict__.pop("_dual_steps", None)  # (made from the plan's own steps)
+    mixed.steps, mixed.parents, mixed.segments = splice_segments(
+        plan, segments, specs, info, _DualSegment if dual else _Segment)
+    folded = {plan.steps[k][1] for s, e, _, _ in segments for k in range(s, e)
+              if plan.steps[k][0] == _WRITE}
+    if folded:  # (writes a segment makes: no undo and redo around them in the sweep)
+        mixed.writes = [w for w in plan.writes if w not in folded]
+        mixed.splits = [w for w in plan.splits if w not in folded]
     mixed.plan, mixed.runs = plan, 0
     return mixed
+
+
+def _made(step):
+    """The node a step with a spec makes (the buffer's new state, for a write)."""
+    return step[1] if step[0] == _WRITE else _step_node(step)
 
 
 def plan_segments(plan, specs, min_len, max_len=None, keep=(), node_of=None):
@@ -1417,6 +1824,11 @@ def splice_segments(plan, segments, specs, info, make):
         for node, k in seg.outputs.items():
             shape, dt = info[node] or ((), _F64_DT)  # (a scalar, or a buffer written)
             steps.append((_OP, _segment_output, _segment_output_rule,
+                          ((_SLOT, lo), (_CONST, k)), {}, (True, False), node, shape, dt))
+            parents[node] = (lo,)
+        for node, k in getattr(seg, "buffer_outputs", {}).items():
+            shape, dt = info[node]
+            steps.append((_OP, _segment_buffer, _segment_buffer_rule,
                           ((_SLOT, lo), (_CONST, k)), {}, (True, False), node, shape, dt))
             parents[node] = (lo,)
         prev = e

@@ -83,9 +83,10 @@ class CompilingReplayer(Replayer):
             recorded = plan
             if cp is None:
                 plan = _fused(plan, leaves, self.dual) or plan
-            if cp is None and not self.dual:
+            if cp is None:
                 try:
-                    cp = mix_plan(plan, _split_leaves(args, nums)[0] or ())
+                    cp = mix_plan(plan, _split_leaves(args, nums, self.dual, self.dual)[0] or (),
+                                  self.dual)
                 except Exception:  # noqa: BLE001
                     cp = None
             if cp is None:
@@ -94,7 +95,8 @@ class CompilingReplayer(Replayer):
                 # through the plan in Python (the default caches' replay)
                 self.plan = _source_wrapped(plan, self)
             elif type(cp) is MixedPlan:
-                self.plan = _with_source_runs(cp, _split_leaves(args, nums)[0] or (), self)
+                self.plan = _with_source_runs(
+                    cp, _split_leaves(args, nums, self.dual, self.dual)[0] or (), self)
             else:
                 self.plan = cp
             if type(self.plan) not in _COMPILED and not self.report().compiled:
@@ -317,6 +319,11 @@ def _base(plan):
             return plan
 
 
+def _unwrapped(plan):
+    """The plan a SourcePlan wraps (else ``plan``)."""
+    return plan.base if type(plan) is SourcePlan else plan
+
+
 def _modes(plan, base):
     """How each of ``base``'s steps runs in ``plan`` (a plan made from it)."""
     n = len(base.steps)
@@ -384,7 +391,7 @@ def compile_report(replayer, kind=None):
         elif how in _COMPILED_HOW:
             what, reason, cause = "", None, False
         elif reason is None:
-            reason = _left_out(s, specs, replayer.dual)
+            reason = _left_out(s, specs, replayer.dual and type(_unwrapped(plan)) is not MixedPlan)
         key = (how, reason)
         if prev is not None and prev[0] == key:
             r = entries[-1]
