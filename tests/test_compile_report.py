@@ -16,10 +16,10 @@ def loop(x):
     return s
 
 
-def loop_pow(x):
+def loop_arcsinh(x):
     s = 0.0
     for i in range(1, x.size):
-        s = s + (x[i] - x[i - 1]) ** 2
+        s = s + np.arcsinh(x[i] - x[i - 1])
     return s
 
 
@@ -62,13 +62,13 @@ def test_compiled_whole(how):
 
 
 @pytest.mark.parametrize("how", [GRAD, HVP])
-def test_power_named(how):
-    c, w = _run(*how, loop_pow, np.linspace(0.1, 1.0, 12))
-    assert len(w) == 1 and "np.power" in str(w[0].message)
+def test_non_kernel_op_named(how):
+    c, w = _run(*how, loop_arcsinh, np.linspace(0.1, 1.0, 12))
+    assert len(w) == 1 and "np.arcsinh" in str(w[0].message)
     r = c.compile_report()
-    assert not r.compiled and {e.what for e in r.causes} == {"np.power"}
+    assert not r.compiled and {e.what for e in r.causes} == {"np.arcsinh"}
     assert all("kernel ops" in e.reason for e in r.causes)
-    assert "np.power" in str(r) and "runs like it" in str(r)
+    assert "np.arcsinh" in str(r) and "runs like it" in str(r)
 
 
 def test_writes_named():
@@ -111,7 +111,7 @@ def test_not_compiled_caches_and_states():
 
 def test_results_unchanged_by_report():
     x = np.linspace(0.1, 1.0, 12)
-    c, _ = _run(*HVP, loop_pow, x)
+    c, _ = _run(*HVP, loop_arcsinh, x)
     c.compile_report()
-    got = mp.value_and_hvp(c, loop_pow, x, x)[2]
-    np.testing.assert_allclose(got, mp.hvp(loop_pow)(x, x), rtol=1e-12)
+    got = mp.value_and_hvp(c, loop_arcsinh, x, x)[2]
+    np.testing.assert_allclose(got, mp.hvp(loop_arcsinh)(x, x), rtol=1e-12)

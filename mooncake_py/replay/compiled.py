@@ -13,8 +13,8 @@ so a new plan (a branch flip, another function) costs an encoding pass, never a 
 time grows faster than linearly with function size: seconds per plan for these benchmarks.)
 
 What is compiled: plans whose every step is an element read ``x[i]`` (or ``x[i, j]``) of a
-float64 array argument, ``+ - * /`` of float64 scalars (with float or small int constants), a
-unary op of fastpath.py's list, a comparison of scalars whose result ``f`` branched on, or
+float64 array argument, ``+ - * /`` and ``**`` (np.power; not ``x ** 0``) of float64 scalars
+(with float or small int constants), a unary op of fastpath.py's list, a comparison of scalars whose result ``f`` branched on, or
 ``bool`` of a scalar. Other plans are *mixed* (:func:`mix_plan`): every run of at least
 ``MIN_SEGMENT`` such steps becomes a compiled segment (a forward and a reverse kernel call,
 entered with the values it reads from outside, left with the values later steps read), and the
@@ -86,12 +86,15 @@ _ARITH = {operator.add: 1, operator.sub: 2, operator.mul: 3, operator.truediv: 4
 _CMP = {np.greater: (">", 5), np.greater_equal: (">=", 6), np.less: ("<", 7),
         np.less_equal: ("<=", 8), np.equal: ("==", 9), np.not_equal: ("!=", 10)}
 _TRUTH, _NEG, _UNARY0 = 11, 12, 16
+# ``a ** b`` of float64 scalars (np.power); not among 1-4, whose operands every kernel loop
+# reads alike, since its derivatives are the table's general ones
+_POW = 14
 # A segment's write of an element it holds as a scalar slot (see _Segment): V[slot] = operand
 _WRITE_OP = 13
 _EXACT_INT = 2 ** 53  # ints a float64 holds exactly: NumPy converts them without rounding
 # Numba spellings of the table's vocabulary calls that can appear in the unary entries below.
 _NB_CALLS = {"sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sinh", "cosh", "arctan",
-             "log1p", "expm1", "abs"}
+             "log1p", "expm1", "abs", "pow"}
 
 
 def table_unary_ops():
@@ -164,7 +167,22 @@ def _unary_ops():
 
 
 def _np_call(name):
-    return "np." + name
+    return "np.power" if name == "pow" else "np." + name
+
+
+def _pow_derivatives(call, names=None):
+    """(∂y/∂a, ∂y/∂b) of ``a ** b`` as source for one backend (``a``, ``b``, ``y`` renamed by
+    ``names``; ``av``, ``bv``, ``y`` by default): the table's np.power entry, whose selects
+    guard a = 0 and b = 0 (docs/conventions.md)."""
+    conv = _ProgramToNumba(call, names or {"a": "av", "b": "bv"})
+    e = BY_UFUNC[np.power]
+    return conv.expr(e.d1[0]), conv.expr(e.d1[1])
+
+
+def const_exponent(b):
+    """The constant exponent ``b`` (a float) that the dual layer specialises ``x ** b`` on, or
+    None (elementwise._exponent, for the numbers a plan's constants are)."""
+    return b if b in codegen.SPECIAL_EXPONENTS else None
 
 
 def _in_vocabulary(tree):
@@ -218,6 +236,8 @@ def _forward_lines(fail, writes=False):
     src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[a] != 0.0) != (D[s] == 1):",
             f"{i2}{fail}",
             f"        elif op == {_NEG}:", f"{i1}V[D[s]] = -V[a]"]
+    src += [f"        elif op == {_POW}:", f"{i1}av = V[a] if a >= 0 else C[s]",
+            f"{i1}bv = V[b] if b >= 0 else C[s]", f"{i1}V[D[s]] = np.power(av, bv)"]
     if writes:
         src += [f"        elif op == {_WRITE_OP}:", f"{i1}V[D[s]] = V[a] if a >= 0 else C[s]"]
     for k, (_, fwd, _, _) in enumerate(unary):
@@ -251,6 +271,10 @@ def _reverse_lines(writes=False):
            f"{i1}else:", f"{i2}ga = g * (1 / bv)", f"{i2}gb = g * (-V[d] / bv)",
            f"{i1}if a >= 0:"] + _acc("a", "ga", i2) + [f"{i1}if b >= 0:"] + _acc("b", "gb", i2)
     src += [f"        elif op == {_NEG}:"] + _acc("a", "-g", i1)
+    da, db = _pow_derivatives(_np_call)
+    src += [f"        elif op == {_POW}:", f"{i1}av = V[a] if a >= 0 else C[s]",
+            f"{i1}bv = V[b] if b >= 0 else C[s]", f"{i1}y = V[d]", f"{i1}if a >= 0:"] + \
+        _acc("a", f"g * ({da})", i2) + [f"{i1}if b >= 0:"] + _acc("b", f"g * ({db})", i2)
     if writes:
         src += [f"        elif op == {_WRITE_OP}:", f"{i1}if a >= 0:"] + _acc("a", "g", i2) + \
             [f"{i1}ADJ[d] = 0.0"]
@@ -315,10 +339,17 @@ class _ProgramToNumba:
         self.call = call or _np_call
         self.names = names or {}
 
-    def lines(self, entry, kind, k, present):
-        """(statements, output expressions) of the program for these parameters."""
+    def expr(self, text):
+        """The table expression ``text`` converted."""
         import ast
-        prog = elementwise.program(entry, kind, k, present, None)
+        tree = ast.parse(text, mode="eval")
+        return ast.unparse(ast.fix_missing_locations(self._transformer().visit(tree)).body)
+
+    def lines(self, entry, kind, k, present, const_b=None):
+        """(statements, output expressions) of the program for these parameters (``const_b``:
+        the constant exponent it is specialised on, as the dual layer specialises ``x ** 2``)."""
+        import ast
+        prog = elementwise.program(entry, kind, k, present, const_b)
         tree = ast.parse(codegen.numpy_source(prog.ir, "f", given=("y",) if kind == "f" else ()))
         body = tree.body[0].body
         T = self._transformer()
@@ -368,6 +399,28 @@ def _hvp_binary():
             (TABLE["multiply"], "*", 3), (BY_UFUNC[np.true_divide], "/", 4)]
 
 
+def _hvp_operands():
+    """Statements loading a binary step's operands and their tangents (a constant's is 0)."""
+    return ["if ia >= 0:", "    a = V[ia]", "    ta = T[ia]", "else:", "    a = C[s]",
+            "    ta = 0.0", "if ib >= 0:", "    b = V[ib]", "    tb = T[ib]", "else:",
+            "    b = C[s]", "    tb = 0.0"]
+
+
+def _by_exponent(lines, ind):
+    """Statements choosing, by the constant exponent ``b`` of ``a ** b``, the program the dual
+    layer runs for it: specialised on the exponents of ``codegen.SPECIAL_EXPONENTS``
+    (``x ** 2``'s derivative is ``2*x``, not ``2*pow(x, 1)``), else the general one;
+    ``lines(const_b, indent)`` writes one. (A zero exponent is never compiled: the dual
+    layer's ``x ** 0`` has no tangent.)"""
+    src, first = [], True
+    for c in codegen.SPECIAL_EXPONENTS:
+        if c == 0.0:
+            continue
+        src += [f"{ind}{'if' if first else 'elif'} b == {c!r}:"] + lines(c, ind + "    ")
+        first = False
+    return src + [f"{ind}else:"] + lines(None, ind + "    ")
+
+
 def _hvp_forward_lines(fail, writes=False):
     """The forward-over-reverse kernels' forward loop (values into ``V``, tangents into
     ``T``); ``fail`` and ``writes`` as for :func:`_forward_lines`."""
@@ -403,6 +456,18 @@ def _hvp_forward_lines(fail, writes=False):
         src += [f"{i1}elif op == {code}:", f"{i2}if (a {sym} b) != (dn == 1):", f"{i3}{fail}"]
     src += [f"        elif op == {_TRUTH}:", f"{i1}if (V[ia] != 0.0) != (dn == 1):",
             f"{i2}{fail}"]
+    e = BY_UFUNC[np.power]
+    src += [f"        elif op == {_POW}:"] + _indent(_hvp_operands(), i1) + [
+        f"{i1}y = np.power(a, b)", f"{i1}V[dn] = y", f"{i1}if ia < 0:"]
+    stmts, (ty,) = P.lines(e, "f", 0, (False, True))
+    src += _indent(stmts, i2) + [f"{i2}T[dn] = {ty}", f"{i1}elif ib < 0:"]
+
+    def frule(const_b, ind):
+        stmts, (ty,) = P.lines(e, "f", 0, (True, False), const_b)
+        return _indent(stmts, ind) + [f"{ind}T[dn] = {ty}"]
+    src += _by_exponent(frule, i2)
+    stmts, (ty,) = P.lines(e, "f", 0, (True, True))
+    src += [f"{i1}else:"] + _indent(stmts, i2) + [f"{i2}T[dn] = {ty}"]
     if writes:  # (a constant written has no tangent: the tape writes 0 into the tangent)
         src += [f"        elif op == {_WRITE_OP}:", f"{i1}if ia >= 0:",
                 f"{i2}V[dn] = V[ia]", f"{i2}T[dn] = T[ia]", f"{i1}else:",
@@ -468,6 +533,23 @@ def _hvp_reverse_lines(writes=False):
                     first = False
     src += [f"        elif op == {_NEG}:", f"{i1}if P:"] + _acc2("ia", "-g", "-tg", i2) + \
         [f"{i1}else:"] + _acc2("ia", "-g", None, i2)
+    e = BY_UFUNC[np.power]
+    src += [f"        elif op == {_POW}:", f"{i1}y = V[dn]"] + _indent(_hvp_operands(), i1)
+    for k, node, other in ((0, "ia", "ib"), (1, "ib", "ia")):
+        src += [f"{i1}if {node} >= 0:"]
+        first = True
+        for pg in (True, False):
+            for po in (True, False):
+                present = (pg, True, po) if k == 0 else (pg, po, True)
+
+                def pullback(const_b, ind, present=present, k=k, node=node):
+                    stmts, outs = P.lines(e, "p", k, present, const_b)
+                    return _indent(stmts, ind) + \
+                        _acc2(node, outs[0], outs[1] if len(outs) > 1 else None, ind)
+                cond = f"{'P' if pg else 'not P'} and {other} {'>=' if po else '<'} 0"
+                src += [f"{i2}{'if' if first else 'elif'} {cond}:"] + \
+                    (_by_exponent(pullback, i3) if k == 0 and not po else pullback(None, i3))
+                first = False
     if writes:
         src += [f"        elif op == {_WRITE_OP}:", f"{i1}if ia >= 0:", f"{i2}if P:"] + \
             _acc2("ia", "g", "tg", i3) + [f"{i2}else:"] + _acc2("ia", "g", None, i3) + \
@@ -958,7 +1040,7 @@ def _encode(plan, shapes, offsets, codes):
                         not read(s, tmpl[0][1], tmpl[1][1], node):
                     return None
             elif fn in _BINARY_UFUNCS:
-                if len(tmpl) != 2 or not operands(s, tmpl):
+                if len(tmpl) != 2 or not operands(s, tmpl) or _zero_power(fn, tmpl):
                     return None
                 op[s], dst[s] = _BINARY_UFUNCS[fn], node
             elif fn in codes:
@@ -984,7 +1066,14 @@ def _encode(plan, shapes, offsets, codes):
     return (op, a, b, c, dst, plan.n, plan.ynode), tuple(fns)
 
 
-_BINARY_UFUNCS = {np.add: 1, np.subtract: 2, np.multiply: 3, np.true_divide: 4}
+_BINARY_UFUNCS = {np.add: 1, np.subtract: 2, np.multiply: 3, np.true_divide: 4,
+                  np.power: _POW}
+
+
+def _zero_power(fn, tmpl):
+    """Whether the step is ``a ** 0``: left to Python, since on duals it makes a value
+    without a tangent, which the kernels do not hold."""
+    return fn is np.power and tmpl[1][0] == _CONST and _number(tmpl[1][1]) == 0.0
 
 
 def compile_plan(plan, leaves, dual=False):
@@ -1137,7 +1226,7 @@ def _step_spec(step, info, codes):
             e = element(tmpl[0][1], tmpl[1][1])
             return None if e is None else (0, e, None, 0.0, node)
         if fn in _BINARY_UFUNCS:
-            ops = operands(tmpl) if len(tmpl) == 2 else None
+            ops = operands(tmpl) if len(tmpl) == 2 and not _zero_power(fn, tmpl) else None
             return None if ops is None else (_BINARY_UFUNCS[fn], ops[0], ops[1], ops[2], node)
         if fn in codes and len(tmpl) == 1 and tmpl[0][0] == _SLOT and scalar(tmpl[0][1]):
             return (codes[fn], ("s", tmpl[0][1]), None, 0.0, node)
@@ -1190,9 +1279,9 @@ def why_not(step, info, codes):
     :func:`_step_spec`. The reasons are the checks of :func:`_step_spec`, in words.
 
     Example:
-        >>> step = (_BIN, np.power, 3, ((_SLOT, 2), (_CONST, 2)), operator.pow, None, 1)
+        >>> step = (_OP, np.arcsinh, None, ((_SLOT, 2),), {}, (True,), 3, (), _F64_DT)
         >>> why_not(step, [None, None, ((), _F64_DT), None], _opcodes())
-        ('np.power', 'np.power is not one of the kernel ops (+ - * /, the unary functions of the table, comparisons)')
+        ('np.arcsinh', 'np.arcsinh is not one of the kernel ops (+ - * / **, the unary functions of the table, comparisons)')
     """
     kind = step[0]
     what = {_WRITE: "write y[...] = v", _VIEW_WRITE: "write through a view",
@@ -1201,7 +1290,7 @@ def why_not(step, info, codes):
         what = op_name(step[1]) if kind != _SUM else "np.sum"
     if _step_spec(step, info, codes) is not None:
         return what, None
-    vocab = ("is not one of the kernel ops (+ - * /, the unary functions of the table, "
+    vocab = ("is not one of the kernel ops (+ - * / **, the unary functions of the table, "
              "comparisons)")
     if kind == _WRITE:
         return what, "a write into an array: the kernels hold scalars only"

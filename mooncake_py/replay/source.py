@@ -154,6 +154,20 @@ def _math_call(name):
     return "_m_" + name
 
 
+def _pow_templates():
+    """(∂y/∂a, ∂y/∂b) of ``a ** b`` as templates in ``{a}``, ``{b}``, ``{y}``."""
+    if not _POW_TEMPLATES:
+        names = {"a": "__a__", "b": "__b__", "y": "__y__"}
+        for d in _c._pow_derivatives(_math_call, names):
+            d = d.replace("{", "{{").replace("}", "}}")
+            _POW_TEMPLATES.append(d.replace("__a__", "{a}").replace("__b__", "{b}")
+                                  .replace("__y__", "{y}"))
+    return _POW_TEMPLATES
+
+
+_POW_TEMPLATES = []
+
+
 def _lit(c):
     """Source for the float constant ``c`` (exactly: repr round-trips; -0.0 stays -0.0)."""
     c = float(c)
@@ -196,6 +210,8 @@ class _Source:
                 lines.append(f"v{d} = {src}")
             elif code <= 4:
                 lines.append(f"v{d} = {_operand(ea, c)} {_SYM[code]} {_operand(eb, c)}")
+            elif code == _c._POW:
+                lines.append(f"v{d} = _m_pow({_operand(ea, c)}, {_operand(eb, c)})")
             elif code <= 10:
                 test = f"{_operand(ea, c)} {_SYM[code]} {_operand(eb, c)}"
                 lines.append(f"if {'not ' if d else ''}{test}: raise _Failed()")
@@ -276,6 +292,11 @@ class _Source:
                 give(eb, f"{g} * (-v{d} / {b})")
             elif code == _c._NEG:
                 give(ea, f"-{g}")
+            elif code == _c._POW:
+                a, b = _operand(ea, c), _operand(eb, c)
+                da, db = _pow_templates()
+                give(ea, f"{g} * ({da.format(a=a, b=b, y=f'v{d}')})")
+                give(eb, f"{g} * ({db.format(a=a, b=b, y=f'v{d}')})")
             else:
                 d1 = self.unary[code][1].format(a=f"v{ea[1]}", y=f"v{d}")
                 give(ea, f"{g} * ({d1})")
@@ -521,15 +542,15 @@ _PROGRAM_VARS = ("a", "b", "y", "g", "ta", "tb", "tg")
 _PROGRAMS = {}
 
 
-def _program(entry, kind, k, present):
+def _program(entry, kind, k, present, const_b=None):
     """(statements, output expressions) of the dual layer's program for these parameters as
     Python templates: ``{a}``, ``{ta}``, ``{y}``, ``{g}``... for the program's variables,
     ``_m_<name>`` for its calls (compiled._ProgramToNumba's conversion, memoised)."""
-    key = (entry.name, kind, k, present)
+    key = (entry.name, kind, k, present, const_b)
     got = _PROGRAMS.get(key)
     if got is None:
         conv = _c._ProgramToNumba(_math_call, {v: f"__{v}__" for v in _PROGRAM_VARS})
-        stmts, outs = conv.lines(entry, kind, k, present)
+        stmts, outs = conv.lines(entry, kind, k, present, const_b)
 
         def template(text):
             text = text.replace("{", "{{").replace("}", "}}")
@@ -588,7 +609,8 @@ def _inline(stmts, outs):
 def _dual_entries():
     """opcode -> table entry, for the ops a dual program runs."""
     out = {1: TABLE["add"], 2: TABLE["subtract"], 3: TABLE["multiply"],
-           4: BY_UFUNC[np.true_divide], _c._NEG: TABLE["negative"]}
+           4: BY_UFUNC[np.true_divide], _c._NEG: TABLE["negative"],
+           _c._POW: BY_UFUNC[np.power]}
     for k, (uf, _, _, _) in enumerate(_c.table_unary_ops()):
         out[_c._UNARY0 + k] = BY_UFUNC[uf]
     return out
@@ -631,16 +653,21 @@ class _DualSource(_Source):
                 continue  # (see writes())
             names = self._names(ea, eb, c)
             names["y"] = f"v{d}"
+            const_b = None
             if code <= 4:
                 lines.append(f"v{d} = {names['a']} {_SYM[code]} {names['b']}")
                 present = (ea is not None, eb is not None)
+            elif code == _c._POW:
+                lines.append(f"v{d} = _m_pow({names['a']}, {names['b']})")
+                present = (ea is not None, eb is not None)
+                const_b = _c.const_exponent(c) if eb is None else None
             elif code == _c._NEG:
                 lines.append(f"v{d} = -v{ea[1]}")
                 present = (True,)
             else:
                 lines.append(f"v{d} = " + unary[code][0].format(a=f"v{ea[1]}"))
                 present = (True,)
-            stmts, (ty,) = _program(self.entries[code], "f", 0, present)
+            stmts, (ty,) = _program(self.entries[code], "f", 0, present, const_b)
             lines += [st.format(**names) for st in stmts]
             lines.append(f"t{d} = " + ty.format(**names))
         return lines
@@ -715,12 +742,14 @@ class _DualSource(_Source):
             else:
                 names = self._names(ea, eb, c)
                 names.update(y=f"v{d}", g=g, tg="0.0" if tg is None else tg)
-                for k, e in ((0, ea), (1, eb)) if code <= 4 else ((0, ea),):
+                binary = code <= 4 or code == _c._POW
+                for k, e in ((0, ea), (1, eb)) if binary else ((0, ea),):
                     if e is None:
                         continue
-                    present = (tg is not None, ea is not None, eb is not None) if code <= 4 \
+                    present = (tg is not None, ea is not None, eb is not None) if binary \
                         else (tg is not None, True)
-                    stmts, outs = _program(self.entries[code], "p", k, present)
+                    const_b = _c.const_exponent(c) if code == _c._POW and eb is None else None
+                    stmts, outs = _program(self.entries[code], "p", k, present, const_b)
                     lines += [st.format(**names) for st in stmts]
                     give(e, outs[0].format(**names),
                          outs[1].format(**names) if len(outs) > 1 else None)
@@ -874,7 +903,7 @@ class _SourceSegment:
         """The forward values the reverse may read (operands of * and /, unary ops' ins/outs)."""
         names = []
         for code, ea, eb, _, d in self.src.specs:
-            if code in (3, 4) or _c._UNARY0 <= code < _WRITE_CODE:
+            if code in (3, 4, _c._POW) or _c._UNARY0 <= code < _WRITE_CODE:
                 for e in (ea, eb):
                     if e is not None and e[0] == "s":
                         names.append(f"v{e[1]}")
