@@ -73,7 +73,7 @@ def test_a_run_whose_first_node_is_read_later_starts_after_it():
         s = a
         for i in range(1, 10):
             s = s * 0.5 + np.sqrt(1.0 + x[i] * x[i]) - a / (2.0 + x[i])
-        return np.sum(np.stack([s, a, s * a]) ** 2)
+        return s * np.arcsinh(a)           # (not a kernel op: a is read outside)
     x = np.linspace(0.1, 1.0, 10)
     c = mp.prepare_gradient_cache(f, x, compile=True)
     for k in range(3):

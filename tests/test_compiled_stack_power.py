@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
+from benchmarks.suite import CASES
 from mooncake_py.errors import PreparedCacheSpecError
 from mooncake_py.replay import compiled
 
@@ -128,3 +129,53 @@ def test_power_zero_exponent_and_guards():
         _grad(c, f, np.ones(7))
     y, (g,) = _grad(c, f, x * 2)
     _close(g, mp.grad(f)(x * 2))
+
+
+# --- np.stack / np.hstack of scalars inside a segment ------------------------------------------
+def s_read_elsewhere(x):
+    ys = [np.sin(x[i]) * x[i] + np.exp(x[i] * 0.1) for i in range(x.size)]
+    s = ys[0] * ys[-1]  # (scalars of the stack also read after it)
+    return np.sum(np.stack(ys) ** 2) + s
+
+
+def s_constants(x):
+    ys = [np.cos(x[i]) * x[i] for i in range(x.size)]
+    return np.sum(np.cumsum(np.stack(ys[:5] + [2.0, 0.5] + ys[5:] + [3])))
+
+
+def s_hstack(x):
+    return np.sum(np.hstack([np.tanh(x[i]) * x[i] for i in range(x.size)]) * np.arange(x.size))
+
+
+def s_suite(x):
+    return CASES["map_sin_cos_exp"].fn(np, x)
+
+
+@pytest.mark.parametrize("f", [s_read_elsewhere, s_constants, s_hstack, s_suite])
+def test_stack_in_segment_equals_recording(f):
+    rng = np.random.default_rng(4)
+    shape = (10, 10) if f is s_suite else (20,)
+    x0 = rng.standard_normal(shape)
+    c = mp.prepare_gradient_cache(f, x0, compile=True)
+    h = mp.prepare_hvp_cache(f, x0, compile=True)
+    for _ in range(3):
+        x = rng.standard_normal(shape)
+        v = rng.standard_normal(shape)
+        y, (g,) = _grad(c, f, x)
+        y0, g0 = mp.value_and_grad(f)(x)
+        got = _hvp(h, f, x, v)
+        _close(y, y0)
+        _close(g, g0)
+        _close(got[0], y0)
+        _close(got[1], g0)
+        _close(got[2], mp.hvp(f)(x, v))
+    for cache in (c, h):
+        plan = cache._replay.plan
+        assert type(plan) is compiled.MixedPlan and plan.runs == 2
+        assert any(seg.made for seg in plan.segments)  # (the stack is the segment's)
+        r = cache.compile_report()
+        assert not any(e.what in ("np.stack", "np.hstack") for e in r.fallbacks)
+    with pytest.raises(PreparedCacheSpecError):
+        _grad(c, f, np.ones(7))
+    x = rng.standard_normal(shape)
+    _close(_grad(c, f, x)[1][0], mp.grad(f)(x))

@@ -89,6 +89,11 @@ _TRUTH, _NEG, _UNARY0 = 11, 12, 16
 # ``a ** b`` of float64 scalars (np.power); not among 1-4, whose operands every kernel loop
 # reads alike, since its derivatives are the table's general ones
 _POW = 14
+# np.stack / np.hstack of scalars into a new 1-d array, in a segment (see _Segment): a spec
+# (_STACK, ("q", operands), None, 0.0, node), each operand ("s", node) or ("c", number);
+# the segment runs it as writes of the scalars into slots of a buffer it makes
+_STACK = 15
+_STACKS = (np.stack, np.hstack)
 # A segment's write of an element it holds as a scalar slot (see _Segment): V[slot] = operand
 _WRITE_OP = 13
 _EXACT_INT = 2 ** 53  # ints a float64 holds exactly: NumPy converts them without rounding
@@ -1176,11 +1181,12 @@ def _node_info(plan, leaves):
     return info
 
 
-def _step_spec(step, info, codes):
+def _step_spec(step, info, codes, stacks=False):
     """A step the kernels run, as (opcode, first operand, second operand, constant, dst) with
     operands ("s", node) for a float64 scalar node, ("e", node, offset) for an element of a
     float64 array node, or None (a constant, or none); dst is the node made, or for a guard
-    the value seen. None when the kernels do not run this step."""
+    the value seen. None when the kernels do not run this step. ``stacks``: also np.stack and
+    np.hstack of float64 scalars and numbers (:data:`_STACK`), which only segments run."""
     def scalar(p):
         return type(p) is int and info[p] == ((), _F64_DT)
 
@@ -1218,6 +1224,8 @@ def _step_spec(step, info, codes):
         return (codes[fn], ("s", p), None, 0.0, step[2]) if fn in codes and scalar(p) else None
     if kind == _OP:
         _, fn, rule, tmpl, kw, _, node, shape, dt = step
+        if stacks and fn in _STACKS:
+            return _stack_spec(step, scalar)
         if kw or shape != () or dt != _F64_DT or rule is not fastpath._BUILTIN.get(fn):
             return None
         if fn is operator.getitem:
@@ -1243,6 +1251,22 @@ def _step_spec(step, info, codes):
     if conv is not bool or not scalar(node) or type(seen) is not bool:
         return None
     return (_TRUTH, ("s", node), None, 0.0, int(seen))
+
+
+def _stack_spec(step, scalar):
+    _, fn, rule, tmpl, kw, _, node, shape, dt = step
+    if kw or dt != _F64_DT or rule is not fastpath._BUILTIN.get(fn) or len(tmpl) != 1 or \
+            tmpl[0][0] != _SEQ_T or shape != (len(tmpl[0][2]),) or not tmpl[0][2]:
+        return None
+    ops = []
+    for kind, ref in tmpl[0][2]:
+        if kind == _SLOT and scalar(ref):
+            ops.append(("s", ref))
+        elif kind == _CONST and _number(ref) is not None:
+            ops.append(("c", _number(ref)))
+        else:
+            return None
+    return (_STACK, ("q", tuple(ops)), None, 0.0, node)
 
 
 def op_name(fn):
@@ -1371,10 +1395,16 @@ class _Segment:
     last state is an output (the buffer itself) when later steps read it; its cotangent seeds
     the slots, and the buffer's state before the run gets that cotangent with the slots'
     elements replaced by theirs: what the tape's write and read pullbacks give, element by
-    element."""
+    element.
+
+    A stack of scalars (:data:`_STACK`) is a buffer made in the run: every element written
+    (one write per scalar, in order), none loaded; the segment makes the array as it ends,
+    an output like the buffers written, and the stack's pullback (each scalar gets its
+    element of the cotangent) is the writes' sweep."""
 
     def __init__(self, specs, lo, outputs, info, fns):
         self.fns = fns
+        specs, fresh = _expand_stacks(specs)
         chain = {}  # a buffer state written or read in the run -> its state before the run
         lastw = {}
         for code, _, eb, _, d in specs:
@@ -1403,16 +1433,25 @@ class _Segment:
         last = max(sp[4] for sp in specs if sp[0] <= 4 or sp[0] >= _NEG)
         nodes = E + last - lo + 1
         roots = list(dict.fromkeys(r for r, _ in slots))
+        roots = [r for r in roots if r not in fresh] + [r for r in roots if r in fresh]
         self.buffers = []  # (shape, first X offset, element offsets, their slots)
+        self.made = []  # the stacks' buffers, as self.buffers without an X offset
+        S = 0  # (the slots loaded from X: those of the buffers from outside)
         for r in roots:
             elems = [(off, nodes + k) for (q, off), k in slots.items() if q == r]
-            self.buffers.append((info[r][0], o, np.array([e for e, _ in elems], np.int64),
-                                 np.array([k for _, k in elems], np.int64)))
+            b = (info[r][0], None if r in fresh else o,
+                 np.array([e for e, _ in elems], np.int64),
+                 np.array([k for _, k in elems], np.int64))
+            if r in fresh:
+                self.made.append(b)
+                continue
+            self.buffers.append(b)
             o += len(elems)
+            S += len(elems)
+        self.all_buffers = self.buffers + self.made  # (buffer output k: all_buffers[-1 - k])
         self.nx = o
-        self.external = tuple(scalars) + tuple(arrays) + tuple(roots)
+        self.external = tuple(scalars) + tuple(arrays) + tuple(roots[:len(self.buffers)])
         self.n = nodes + len(slots)
-        S = len(slots)
         m = E + S + len(specs)
         op = np.zeros(m, np.int64)
         a = np.full(m, -1, np.int64)
@@ -1450,7 +1489,7 @@ class _Segment:
         self.code = (op, a, b, c, dst)
         self.outputs, self.buffer_outputs = {}, {}
         for node in outputs:
-            if node in chain:
+            if node in chain:  # (a stack's node is its own chain)
                 if lastw[chain[node]] != node:  # (a stale state: the recording never reads one)
                     raise ValueError("a buffer's earlier state is read after the run")
                 self.buffer_outputs[node] = -1 - roots.index(chain[node])
@@ -1489,7 +1528,8 @@ class _Segment:
         state = V.view(_SegmentState)
         state.seeds = {}
         state.values = V
-        state.buffers = values[len(values) - len(self.buffers):]
+        state.buffers = list(values[len(values) - len(self.buffers):]) + \
+            [V[sl].reshape(shape) for shape, _, _, sl in self.made]
         return state, lambda g: self.reverse(state)
 
     def _seeds(self, seeds):
@@ -1500,7 +1540,7 @@ class _Segment:
                 sn.append(k)
                 sv.append(float(g))
                 continue
-            shape, _, idx, sl = self.buffers[-1 - k]
+            shape, _, idx, sl = self.all_buffers[-1 - k]
             g = _dense(g, shape)
             bufs[-1 - k] = g
             sn += sl.tolist()
@@ -1523,6 +1563,24 @@ class _Segment:
             g.reshape(-1)[idx] = G[o:o + len(idx)]
             out.append(g)
         return tuple(out)
+
+
+def _expand_stacks(specs):
+    """``specs`` with each stack spec written out as writes of its scalars into the slots of
+    a buffer that starts at the stack's node, and the set of those nodes."""
+    if not any(sp[0] == _STACK for sp in specs):
+        return specs, set()
+    out, fresh = [], set()
+    for sp in specs:
+        if sp[0] != _STACK:
+            out.append(sp)
+            continue
+        node = sp[4]
+        fresh.add(node)
+        for k, e in enumerate(sp[1][1]):
+            value, const = (e, 0.0) if e[0] == "s" else (None, e[1])
+            out.append((_WRITE_OP, value, ("b", node, k), const, node))
+    return out, fresh
 
 
 def _dense(g, shape):
@@ -1566,7 +1624,9 @@ class _DualSegment(_Segment):
         state = V.view(_SegmentState)
         state.seeds, state.tag, state.vs, state.ts = {}, tag, V, T
         state.values = {k: D(_F64(V[k]), _F64(T[k]), tag) for k in self.outputs.values()}
-        state.buffers = values[len(values) - len(self.buffers):]
+        state.buffers = list(values[len(values) - len(self.buffers):]) + \
+            [D(V[sl].reshape(shape), T[sl].reshape(shape), tag)
+             for shape, _, _, sl in self.made]
         return state, lambda g: self.reverse(state)
 
     def reverse(self, state):
@@ -1586,7 +1646,7 @@ class _DualSegment(_Segment):
                 st.append(float(g._tangent) if dual else 0.0)
                 sd.append(dual)
                 continue
-            shape, _, idx, sl = self.buffers[-1 - k]
+            shape, _, idx, sl = self.all_buffers[-1 - k]
             gv = _dense(g._value if dual else g, shape)
             gt = _dense(g._tangent, shape) if dual else None
             bufs[-1 - k] = (gv, gt)
@@ -1813,7 +1873,7 @@ def mix_plan(plan, leaves, dual=False):
     writes = [None] * len(plan.steps)
     if getattr(plan, "writes", None):
         _write_specs(plan, writes, info, dual)
-    specs = [w or _step_spec(st, info, codes) for st, w in zip(plan.steps, writes)]
+    specs = [w or _step_spec(st, info, codes, True) for st, w in zip(plan.steps, writes)]
     segments = plan_segments(plan, specs, MIN_SEGMENT, node_of=_made)
     if not segments:
         return None
