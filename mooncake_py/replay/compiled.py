@@ -18,8 +18,8 @@ float64 array argument, ``+ - * /`` and ``**`` (np.power; not ``x ** 0``) of flo
 ``bool`` of a scalar. Other plans are *mixed* (:func:`mix_plan`): every run of at least
 ``MIN_SEGMENT`` such steps becomes a compiled segment (a forward and a reverse kernel call,
 entered with the values it reads from outside, left with the values later steps read), and the
-other steps (array ops, BLAS/LAPACK, reductions, np.stack of scalars...) replay in Python
-between the segments. Plans with no such run stay Python replay.
+other steps (array ops, BLAS/LAPACK, reductions...) replay in Python between the segments;
+a segment makes an np.stack / np.hstack of its scalars itself (:class:`_Segment`). Plans with no such run stay Python replay.
 
 Hessian-vector products (``prepare_hvp_cache(compile=True)``): a plan recorded on dual
 numbers, made only of the steps above, runs on a second kernel, forward-over-reverse: the
