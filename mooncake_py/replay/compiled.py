@@ -94,6 +94,9 @@ _POW = 14
 # the segment runs it as writes of the scalars into slots of a buffer it makes
 _STACK = 15
 _STACKS = (np.stack, np.hstack)
+# Their rules as registered when this module loaded (not in fastpath._BUILTIN, which the
+# recording paths consult): a rule registered since turns the segments' stacks off.
+_STACK_RULES = {fn: RRULES.get(fn) for fn in _STACKS}
 # A segment's write of an element it holds as a scalar slot (see _Segment): V[slot] = operand
 _WRITE_OP = 13
 _EXACT_INT = 2 ** 53  # ints a float64 holds exactly: NumPy converts them without rounding
@@ -867,7 +870,7 @@ def _check_leaves(leaves, shapes):
 
 def _check_rules(fns):
     for fn in fns:  # a rule registered since the recording: record instead
-        if RRULES.get(fn) is not fastpath._BUILTIN.get(fn):
+        if RRULES.get(fn) is not fastpath._BUILTIN.get(fn, _STACK_RULES.get(fn)):
             raise _Failed()
 
 
@@ -1255,7 +1258,7 @@ def _step_spec(step, info, codes, stacks=False):
 
 def _stack_spec(step, scalar):
     _, fn, rule, tmpl, kw, _, node, shape, dt = step
-    if kw or dt != _F64_DT or rule is not fastpath._BUILTIN.get(fn) or len(tmpl) != 1 or \
+    if kw or dt != _F64_DT or rule is not _STACK_RULES[fn] or len(tmpl) != 1 or \
             tmpl[0][0] != _SEQ_T or shape != (len(tmpl[0][2]),) or not tmpl[0][2]:
         return None
     ops = []

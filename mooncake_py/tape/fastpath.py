@@ -323,9 +323,8 @@ def install(duals=None):
                                _unary_pullback)
             _BUILTIN[e.ufunc] = RRULES.get(e.ufunc)
     _BUILTIN[_SUM] = RRULES.get(_SUM)
-    # (no short paths: the rules that the compiled replays' power and stack steps stand for)
-    for fn in (np.power, np.stack, np.hstack):
-        _BUILTIN[fn] = RRULES.get(fn)
+    # (no short path: the rule the compiled replays' power steps stand for)
+    _BUILTIN[np.power] = RRULES.get(np.power)
     if duals is not None:
         DualArray, dual_scalars = duals.DualArray, duals
         duals.install(set(_UNARY))
