@@ -27,7 +27,8 @@ forward pass on (value, tangent) pairs, then the reverse sweep on cotangents tha
 plain numbers exactly as the tape sweeps them (the seed is a plain 1; ``+``/``-`` pass a
 cotangent on; the other pullbacks are the frule programs of ``ew_pullback`` that
 dual/elementwise.py generates from the table's first and second derivatives, here as scalar
-statements). Mixed HVP plans are not split: they replay in Python.
+statements). HVP plans that mix array steps with scalar runs are split into segments as
+gradient plans are (``mp_dforward`` / ``mp_dreverse``).
 
 Soundness: the encoded plan is the replay plan, step for step; the kernel evaluates its guards
 (the comparisons, with the values recorded) in the same order and reports a failed one, which
