@@ -622,6 +622,7 @@ def _splice(plan, runs, info):
     out = FusedPlan.__new__(FusedPlan)
     out.__dict__.update(plan.__dict__)
     out.__dict__.pop("_dual_steps", None)
+    out.__dict__.pop("run", None)  # (a lean run of the plan itself: replay/lean.py)
     out.steps = [replace.get(k, st) for k, st in enumerate(plan.steps) if k not in drop]
     out.parents = parents
     out.short = len(out.steps) < _GC_PAUSE_STEPS
