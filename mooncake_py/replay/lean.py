@@ -265,18 +265,19 @@ def _sweep(plan, em, lines):
         lines += [f"g = c{i}", "if g is not None:", f"  pb = p{i}", "  if pb is not None:",
                   f"    c{i} = None"]
         ind = "    "
-        # an element read into a dense buffer the sweep owns: added in place (no pullback)
-        lines += [f"{ind}tg = type(g)",
-                  f"{ind}if type(pb) is _ItemRead and (tg is _F64 or tg is _nd and "
-                  "g.shape == () and g.dtype.type is _F64) and "
-                  f"type(c{ps[0]}) is _nd and {ps[0]} in O:" if ps and type(ps[0]) is int
-                  and ps[0] in multi else f"{ind}if False:",
-                  f"{ind}  c{ps[0]}[pb.key] += g" if ps and type(ps[0]) is int else
-                  f"{ind}  pass",
-                  f"{ind}else:",
-                  f"{ind}  if tg in _SPARSE: g = g.dense()",
-                  f"{ind}  gs = pb(g)"]
-        ind += "  "
+        if ps and type(ps[0]) is int and ps[0] in multi:
+            # an element read into a dense buffer the sweep owns: added in place (no pullback)
+            lines += [f"{ind}tg = type(g)",
+                      (f"{ind}if type(pb) is _ItemRead and (tg is _F64 or tg is _nd and "
+                       "g.shape == () and g.dtype.type is _F64) and "
+                       f"type(c{ps[0]}) is _nd and {ps[0]} in O:"),
+                      f"{ind}  c{ps[0]}[pb.key] += g",
+                      f"{ind}else:"]
+            ind += "  "
+            lines.append(f"{ind}if tg in _SPARSE: g = g.dense()")
+        else:
+            lines.append(f"{ind}if type(g) in _SPARSE: g = g.dense()")
+        lines.append(f"{ind}gs = pb(g)")
         if len(ps) == 2 and all(type(p) is int for p in ps):
             lines.append(f"{ind}if len(gs) == 2:")
             lines.append(f"{ind}  gp, gq = gs")
@@ -285,6 +286,11 @@ def _sweep(plan, em, lines):
                 _give(lines, p, g, multi, ind + "    ")
             lines.append(f"{ind}else:")
             ind += "  "
+        if len(ps) == 1 and type(ps[0]) is int:  # (zip over one parent: the first item)
+            lines += [f"{ind}for gp in gs:", f"{ind}  if gp is not None:"]
+            _give(lines, ps[0], "gp", multi, ind + "    ")
+            lines.append(f"{ind}  break")
+            continue
         # the general case: zip over the parents, tuples for multi-output parents
         lines.append(f"{ind}gs = iter(gs)")
         for p in ps:
@@ -307,8 +313,6 @@ def _sweep(plan, em, lines):
                 lines.append(f"{ind}  if gp is not None:")
                 _give(lines, p, "gp", multi, ind + "    ")
             lines.append(f"{ind}  pass")
-        if len(ps) == 2 and all(type(p) is int for p in ps):
-            ind = ind[:-2]
     outs = []
     for w in plan.inputs[:plan.ndiff]:
         if w in reach:
