@@ -27,9 +27,11 @@ import operator
 import numpy as np
 
 from ..core.array_ops import innermost
+from ..dual import dual_array
 from ..dual.dual_array import DualArray
 from ..mixed import dual_scalars
 from ..rules.broadcasting import shape_of
+from ..rules.reductions import _like, broadcast_cotangent
 from ..rules.registry import RRULES
 from ..tape import fastpath
 from ..tape.pullbacks import ItemRead
@@ -124,10 +126,19 @@ class _Emitter:
         return "[" + ", ".join(self.operand(t) for t in tmpl) + "]"
 
 
-def _forward(em, st, lines):
+def _forward(em, st, lines, dual=False):
     """Statements running step ``st`` as Plan.forward does."""
     kind = st[0]
-    if kind == _OP:
+    if kind == _OP and dual and st[1] is np.sum and not st[4] and st[5] == (True,) and \
+            len(st[3]) == 1 and st[3][0][0] == _SLOT and \
+            st[2] is fastpath._BUILTIN.get(np.sum):
+        # np.sum(x) of a dual: the sum rule's own steps (the dual layer's sum, then its
+        # pullback) without the rule's and NumPy's wrappers around them
+        _, fn, rule, tmpl, kw, needs, node, shape, dt = st
+        lines += [f"if _rget({em.const(fn)}) is not {em.const(rule)}: raise _Failed()",
+                  f"m = _dual_sum(v{tmpl[0][1]})"]
+        _made(em, st, node, lines, dual=False, check=(shape, dt))
+    elif kind == _OP:
         _, fn, rule, tmpl, kw, needs, node, shape, dt = st
         f, r = em.const(fn), em.const(rule)
         lines += [f"if _rget({f}) is not {r}: raise _Failed()",
@@ -143,7 +154,7 @@ def _forward(em, st, lines):
     elif kind == _DITEM:
         _, node, p, key, op = st
         lines.append(f"m = _ditem(v{p}, {em.const(key)}, {em.const(op[2])})")
-        _made(em, op, node, lines)
+        _made(em, op, node, lines, dual)
     elif kind == _DBIN:
         _, node, fn, op, ka, ra, kb, rb, gen = st
         a = f"v{ra}" if ka == _SLOT else em.const(ra)
@@ -151,11 +162,11 @@ def _forward(em, st, lines):
         o = em.const(op)
         lines.append(f"m = _dual_binary({o}, {em.const(fn)}, {a}, {b}) "
                      f"if _rget({em.const(fn)}) is {o}.builtin else None")
-        _made(em, gen, node, lines)
+        _made(em, gen, node, lines, dual)
     elif kind == _DUNARY:
         _, node, fn, p, gen = st
         lines.append(f"m = _unary_node({em.const(fn)}, v{p})")
-        _made(em, gen, node, lines)
+        _made(em, gen, node, lines, dual)
     elif kind == _ITEM:
         _, fn, node, p, key, pb = st
         f = em.const(fn)
@@ -204,14 +215,43 @@ def _forward(em, st, lines):
         raise ValueError(f"step kind {kind} is not lean")
 
 
-def _made(em, op, node, lines):
-    """A dual step's node from its short path's ``m`` (value, pullback), or where that gave
-    None from its general rule call ``op``, as Plan.forward runs it."""
+def _made(em, op, node, lines, dual, check=None):
+    """A node from a short path's ``m`` (value, pullback), or where that gave None from the
+    general rule call ``op``, as Plan.forward runs it; ``check``: the (shape, dtype) the
+    general call's output is checked for, checked on ``m``'s too."""
     lines += ["if m is None:"]
     inner = []
-    _forward(em, op, inner)
+    _forward(em, op, inner, dual)
     lines += ["    " + ln for ln in inner]
-    lines += ["else:", f"    v{node}, p{node} = m"]
+    lines += ["else:"]
+    if check is not None:
+        shape, dt = check
+        lines += ["    o = m[0]",
+                  (f"    if getattr(o, 'dtype', None) != {em.const(dt)} or "
+                  f"tuple(_shape_of(o)) != {em.const(shape)}: raise _Failed()")]
+    lines += [f"    v{node}, p{node} = m"]
+
+
+def _dual_sum(d):
+    """The sum rule's (value, pullback) for ``np.sum(d)`` of a dual ``d``, by the dual
+    layer's short path of np.sum; None where that does not apply (the rule runs)."""
+    if type(d) is DualArray:
+        tag = d._tag
+        if not tag._watch and not tag.lanes:
+            y = dual_array.LEAN_FUNCTIONS[0](d, np.sum, (d,), _SUM_KW)
+            if type(y) is DualArray:
+                return y, _sum_pullback(shape_of(d), d)
+    return None
+
+
+# the keywords the sum rule passes to np.sum (reductions._sum_rule)
+_SUM_KW = {"axis": None, "dtype": None, "keepdims": False}
+
+
+def _sum_pullback(shape, x):
+    """The sum rule's pullback for a full sum (axis=None: the cotangent broadcast as is),
+    as its reduction_rule wrapper returns it."""
+    return lambda g: (_like(broadcast_cotangent(g, shape), x),)
 
 
 def _ditem(d, key, rule):
@@ -338,7 +378,7 @@ def _generate(plan, dual):
     for k in range(nin):
         lines += [f"v{k} = L[{k}]", f"if type(v{k}) is float: v{k} = _F64(v{k})"]
     for st in steps:
-        _forward(em, st, lines)
+        _forward(em, st, lines, dual)
     outs, multi = _sweep(plan, em, lines)
     if multi or any(type(p) is tuple for ps in plan.parents if ps for p in ps):
         lines.insert(0, "O = set()")  # (the buffers the sweep owns, as Tape.gradient's)
@@ -380,6 +420,6 @@ def _namespace(consts):
           "_same": _same, "_add_reduce": np.add.reduce, "_sum_pullback": fastpath._sum_pullback,
           "_ItemRead": ItemRead, "_SPARSE": _SPARSE, "_ONE": _ONE, "_ones_like": np.ones_like,
           "_innermost": innermost, "_ditem": _ditem, "_dual_binary": _dual_binary,
-          "_unary_node": dual_scalars.unary_node, "_zeros_like": np.zeros_like, "_acc": _acc, "_END": _END}
+          "_unary_node": dual_scalars.unary_node, "_dual_sum": _dual_sum, "_zeros_like": np.zeros_like, "_acc": _acc, "_END": _END}
     ns.update(consts)
     return ns
