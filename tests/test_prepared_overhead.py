@@ -10,6 +10,7 @@ import pytest
 import mooncake_py as mp
 from mooncake_py.errors import PreparedCacheSpecError, StaleReplayError
 from mooncake_py.replay import lean
+from mooncake_py.rules.registry import RRULES
 
 SCALE = 2.0
 
@@ -204,3 +205,38 @@ def test_a_plain_leaf_among_duals_takes_the_general_path():
     want = mp.hvp(f, argnums=(0, 1))(x, w, (np.ones(5), np.zeros(5)))
     np.testing.assert_array_equal(hv[0], want[0])
     assert c._replay.replays == 2
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+@pytest.mark.parametrize("fn", [np.sum, np.sin])
+def test_a_rule_registered_after_the_lean_function_is_seen(kind, fn, monkeypatch):
+    f = FUNCTIONS["sum_sin"]
+    x = np.linspace(0, 1, 6)
+    c = (mp.prepare_gradient_cache if kind == "gradient" else mp.prepare_hvp_cache)(f, x)
+    call = (lambda: mp.value_and_gradient(c, f, x)) if kind == "gradient" else \
+        (lambda: mp.value_and_hvp(c, f, x, x))
+    for _ in range(3):
+        want = call()
+    assert c._replay.plan.run.__name__ == "mp_lean"
+    builtin, seen = RRULES[fn], []
+
+    def rule(args, kw, needs):
+        seen.append(1)
+        return builtin(args, kw, needs)
+    monkeypatch.setitem(RRULES, fn, rule)
+    assert _bits(call()) == _bits(want)
+    assert seen
+
+
+def test_leaves_of_another_kind_run_the_plan_itself():
+    f = FUNCTIONS["sum_sin"]
+    x = np.linspace(0, 1, 6)
+    c = mp.prepare_hvp_cache(f, x)
+    for _ in range(3):
+        mp.value_and_hvp(c, f, x, x)
+    plan = c._replay.plan
+    assert plan.run.__name__ == "mp_lean"
+    y, (g,) = plan.run([x])  # (plain leaves for a plan on duals: Plan.run's plain steps)
+    y0, g0 = mp.value_and_grad(f)(x)
+    assert y == y0
+    np.testing.assert_array_equal(g, g0)
