@@ -167,7 +167,7 @@ def test_branch_flip_records_again():
 
 def test_debug_mode_is_honoured():
     data = np.ones(4)
-    f = lambda x: np.sum(x * data)  # noqa: E731
+    f = lambda x: np.sum(x * data)
     x = np.arange(4.0)
     c = mp.prepare_gradient_cache(f, x)
     for _ in range(3):
@@ -197,11 +197,11 @@ def test_pickled_caches(compile):
 
 
 def test_a_plain_leaf_among_duals_takes_the_general_path():
-    f = lambda x, w: np.sum(np.sin(x) * w)  # noqa: E731
+    f = lambda x, w: np.sum(np.sin(x) * w)
     x, w = np.linspace(0, 1, 5), np.linspace(1, 2, 5)
     c = mp.prepare_hvp_cache(f, x, w)
     for _ in range(3):
-        y, g, hv = mp.value_and_hvp(c, f, (np.ones(5), None), x, w)
+        _y, _g, hv = mp.value_and_hvp(c, f, (np.ones(5), None), x, w)
     want = mp.hvp(f, argnums=(0, 1))(x, w, (np.ones(5), np.zeros(5)))
     np.testing.assert_array_equal(hv[0], want[0])
     assert c._replay.replays == 2
