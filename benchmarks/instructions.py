@@ -13,7 +13,11 @@ unprepared HVP of the suite's ``_sum_1000``) and ``gp_lml_prepared_hvp`` (the su
 prepared HVP cache), ``hvp_kron_const`` (unprepared HVP of ``np.sum(np.kron(a, b))`` in ``a``
 alone, ``b`` a constant 40 x 40: the symbolic-zero-tangent path), ``rk4_grad`` / ``rk4_hvp`` (the
 unprepared gradient and HVP of ``benchmarks.rk4``'s loss, 50 steps: scalar writes into an
-array). Needs valgrind on PATH.
+array), ``prepared_grad_sum`` / ``prepared_hvp_sum`` (prepared gradient and HVP caches of the
+suite's ``sum_1000``, ``np.sum`` of 1000: a plan's fixed cost per call) and
+``compiled_grad_bsce`` / ``compiled_hvp_bsce`` (compile=True gradient and HVP caches of
+``broadcast_sin_cos_exp`` on 10 x 10: one fused kernel, the rest overhead). Needs valgrind on
+PATH.
 """
 import argparse
 import os
@@ -60,6 +64,26 @@ elif case == "hvp_kron_const":
     a, b, v = (rng.standard_normal(s) for s in ((20, 20), (40, 40), (20, 20)))
     h = mp.hvp(lambda a: np.sum(np.kron(a, b)))
     call = lambda: h(a, v)
+elif case in ("prepared_grad_sum", "prepared_hvp_sum"):
+    f = CASES["sum_1000"].bind(xp)
+    x, v = rng.standard_normal(1000), rng.standard_normal(1000)
+    if case == "prepared_grad_sum":
+        cache = mp.prepare_gradient_cache(f, x)
+        call = lambda: mp.value_and_gradient(cache, f, x)
+    else:
+        cache = mp.prepare_hvp_cache(f, x)
+        call = lambda: mp.value_and_hvp(cache, f, v, x)
+elif case in ("compiled_grad_bsce", "compiled_hvp_bsce"):
+    import warnings
+    warnings.simplefilter("ignore")
+    f = CASES["broadcast_sin_cos_exp"].bind(xp)
+    x, v = rng.standard_normal((10, 10)), rng.standard_normal((10, 10))
+    if case == "compiled_grad_bsce":
+        cache = mp.prepare_gradient_cache(f, x, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, x)
+    else:
+        cache = mp.prepare_hvp_cache(f, x, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, x)
 elif case in ("rk4_grad", "rk4_hvp"):
     from benchmarks.rk4 import make_rk4
     f = make_rk4(50)
@@ -70,14 +94,22 @@ else:
     raise SystemExit(f"unknown case {case}")
 for _ in range(5):
     call()
+if case.startswith("compiled_"):
+    # numba's objects make the heap large: a full collection falling in one of the two counted
+    # runs and not the other would swamp the difference, so the warm heap is frozen
+    import gc
+    gc.collect()
+    gc.freeze()
 for _ in range(n):
     call()
 """
 
 CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "hvp_kron_const",
-         "rk4_grad", "rk4_hvp")
+         "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
+         "compiled_hvp_bsce")
 REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
-        "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2}
+        "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
+        "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100}
 
 
 def _total(case, n, tmp):
@@ -102,6 +134,11 @@ def _total(case, n, tmp):
 def count(case, n=None):
     """Instructions of one call of ``case`` (see the module docstring)."""
     n = n or REPS[case]
+    # one call outside valgrind first: a kernel compiled by numba (compile=True cases) is then
+    # on disk for both counted runs, which would otherwise differ by its compilation
+    subprocess.run([sys.executable, "-c", _CHILD, case, "1"], check=True, capture_output=True,
+                   env=dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep +
+                            os.environ.get("PYTHONPATH", "")))
     with tempfile.TemporaryDirectory() as tmp:
         return (_total(case, 2 * n, tmp) - _total(case, n, tmp)) / n
 

@@ -25,6 +25,7 @@ from .compiled import (
     why_not,
 )
 from .fused import FusedPlan, fuse_plan
+from .lean import attach
 from .plans import Plan, Replayer, _split_leaves
 from .source import _NOTHING, MIN_RUN, SourcePlan, _wrapped
 
@@ -94,6 +95,8 @@ class CompilingReplayer(Replayer):
                 # the kernels take no part of it: generated source still beats stepping
                 # through the plan in Python (the default caches' replay)
                 self.plan = _source_wrapped(plan, self)
+                if type(self.plan) is not SourcePlan:
+                    attach(self.plan, self.dual)
             elif type(cp) is MixedPlan:
                 self.plan = _with_source_runs(
                     cp, _split_leaves(args, nums, self.dual, self.dual)[0] or (), self)

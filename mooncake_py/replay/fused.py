@@ -357,7 +357,11 @@ class FusedRun:
             if RRULES.get(fn) is not rule:  # a rule registered since the recording
                 raise _Failed()
         n, dt = self.size, self.dtype
-        dual = any(type(v) is DualArray for v in values)
+        dual = False
+        for v in values:  # (a loop: a generator costs more than the check, values are few)
+            if type(v) is DualArray:
+                dual = True
+                break
         if not dual:
             xs = [self._array(v) if a else self._scalar(v) for v, a in zip(values, self.xarr)]
             T = np.empty(n, dt)
@@ -622,6 +626,7 @@ def _splice(plan, runs, info):
     out = FusedPlan.__new__(FusedPlan)
     out.__dict__.update(plan.__dict__)
     out.__dict__.pop("_dual_steps", None)
+    out.__dict__.pop("run", None)  # (a lean run of the plan itself: replay/lean.py)
     out.steps = [replace.get(k, st) for k, st in enumerate(plan.steps) if k not in drop]
     out.parents = parents
     out.short = len(out.steps) < _GC_PAUSE_STEPS

@@ -119,6 +119,7 @@ _binary_node = dual_scalars._binary_node
 _MAX_INT = dual_scalars._MAX_INT  # (int constants dual_scalars takes as exact float64s)
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
+_ARRAYS = (np.ndarray, _F64)  # (what a dual leaf's value and tangent may be)
 _add_reduce = np.add.reduce
 # Plans shorter than this run without pausing the garbage collector: the pause itself costs
 # more than the collections a short run could trigger.
@@ -873,8 +874,33 @@ class Replayer:
         guards hold, else by recording (which makes a new plan)."""
         if self.disabled or current_config().debug_mode:  # (debug mode checks the recording)
             return record_call(f, args, nums, Tape)[:2]
-        if self.plan is not None:
-            plan = self.plan
+        plan = self.plan
+        if plan is not None and len(args) == 1 and nums == (0,) and getattr(plan, "short", 0) and \
+                not plan.constants:
+            # One float64 argument (the common call): the leaf _split_leaves would give,
+            # without its walk; anything else, or a failed run, takes the path below, which
+            # decides (runs the plan again, records, counts the miss).
+            a = args[0]
+            if self.dual:
+                if type(a) is DualArray:
+                    v, g = a._value, a._tangent
+                    leaf = type(v) in _ARRAYS and type(g) in _ARRAYS and v.dtype == _F64_DT \
+                        and g.dtype == _F64_DT
+                else:
+                    leaf = False
+            else:
+                leaf = type(a) is np.ndarray and a.dtype == _F64_DT
+            if leaf:
+                try:
+                    y, cts = plan.run([a])
+                    grads = tuple(plan.finish(cts))
+                except Exception:  # noqa: BLE001,S110  (the general path decides)
+                    pass
+                else:
+                    self.failures = 0
+                    self.replays += 1
+                    return y, grads
+        if plan is not None:
             leaves, consts = _split_leaves(args, nums, self.dual, self.dual)
             if leaves is not None and len(consts) == len(plan.constants) and all(
                     _same(c, s) for c, s in zip(consts, plan.constants)):

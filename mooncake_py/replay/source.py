@@ -78,6 +78,7 @@ from ..dual.dual_array import DualArray
 from ..dual.kernels_cpu import kernel_dir
 from ..rules.derivative_table import BY_UFUNC, TABLE
 from . import compiled as _c
+from .lean import attach
 from .plans import (
     _ALLOCATORS,
     _FRESH_LIKE,
@@ -1192,7 +1193,8 @@ class SourcePlan:
             how = _NOTHING
             owner = self.owner
             if owner is not None and owner.plan is self:
-                owner.plan = self.base  # (nothing generated: no indirection left on its calls)
+                # (nothing generated: no indirection left on its calls)
+                owner.plan = attach(self.base, owner.dual)
         self._how = how
         return how
 
@@ -1327,6 +1329,7 @@ def _mixed(plan, specs, info, keep, segment):
     mixed = _MixedSource.__new__(_MixedSource)
     mixed.__dict__.update(plan.__dict__)
     mixed.__dict__.pop("_dual_steps", None)  # (made from the plan's own steps)
+    mixed.__dict__.pop("run", None)  # (a lean run of the plan itself: replay/lean.py)
     mixed.steps, mixed.parents, mixed.segments = _c.splice_segments(plan, segments, specs, info,
                                                                     segment)
     folded = {plan.steps[k][1] for s, e, _, _ in segments for k in range(s, e)
@@ -1382,6 +1385,8 @@ class SourceReplayer(Replayer):
         Replayer.planned(self, plan)
         if plan is not None and plan is self.plan:
             self.plan = _wrapped(plan, self)
+            if self.plan is plan and self.kind != "pullback":
+                attach(plan, self.dual)
 
 
 class SourcePullbackReplayer(PullbackReplayer):
