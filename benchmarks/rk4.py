@@ -9,8 +9,7 @@ of one call, and its ratio to the NumPy primal, for: the primal; the unprepared 
 replay) and with ``compile=True``; and ``jax.jit`` of the ``lax.scan`` twin's gradient and HVP
 (forward-over-reverse) when JAX is installed. JAX cannot write into arrays, so its twin scans
 the same RK4 step and stacks the states; both compute the same numbers (checked). Minima over
-rounds, variants timed back to back. The issue-22 targets: compiled gradient <= 3x primal,
-compiled HVP <= 8x, unprepared gradient <= 10x, unprepared HVP <= 30x.
+rounds, variants timed back to back.
 """
 import argparse
 import warnings

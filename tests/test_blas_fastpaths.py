@@ -1,4 +1,4 @@
-"""The short paths of the gradient pullbacks and the dual matmul (issue 13, "blas").
+"""The short paths of the gradient pullbacks and the dual matmul (BLAS calls).
 
 Each short path is compared with the general path it stands for: the derivative table's
 formula (bitwise), the matrix product it replaces (tight tolerance), finite differences and

@@ -1,5 +1,5 @@
 """np.linalg.cholesky, eigh and eigvalsh read one triangle of their input: their derivatives are
-with respect to the entries read (issue 20, item 3), checked against finite differences at
+with respect to the entries read, checked against finite differences at
 non-symmetric inputs in every mode; on symmetric directions nothing changes."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Errors users met raw (issue 20, items 4, 5, 7, 8, 10, 11): each now raises the named error,
+"""Errors users met raw: each now raises the named error,
 or works, in grad, hvp and jvp."""
 import pickle
 import warnings

@@ -1,4 +1,4 @@
-"""Rules for functions real programs call (issue 20): np.ldexp, np.frexp, np.modf, np.i0, and
+"""Rules for functions real programs call: np.ldexp, np.frexp, np.modf, np.i0, and
 np.pad's gather modes (edge, reflect, symmetric, wrap), against finite differences and
 frule/rrule consistency, on broadcast and non-contiguous inputs."""
 import numpy as np

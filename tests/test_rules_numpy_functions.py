@@ -1,4 +1,4 @@
-"""Rules and composites for NumPy functions added in issue 11 (differences, convolution,
+"""Rules and composites for NumPy functions (differences, convolution,
 interpolation, sorting, construction, ufunc methods, rollaxis), checked with test_rule in every
 mode (reverse, forward with lanes, forward-over-reverse), plus conventions at special points."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Rules for functions real programs call (issue 20): np.polyfit, np.pad's linear_ramp and
+"""Rules for functions real programs call: np.polyfit, np.pad's linear_ramp and
 reflect_type='odd', scipy.special.betainc (in x), yn and gammasgn, and
 mooncake_py.scipy.stats.multivariate_normal's entropy and allow_singular=True. Each against
 central finite differences, frule/rrule consistency and forward-over-reverse (test_rule), on

@@ -1,4 +1,4 @@
-"""Issue 20, items 6, 11, 12 and 13: a list argument says what to pass; NumPy warnings raised
+"""A list argument says what to pass; NumPy warnings raised
 inside the library point at the user's line; one rule for a direction's float dtype in hvp and
 hessp; unravel(ones) of a tree with an integer leaf is an hvp direction."""
 import warnings
