@@ -241,6 +241,14 @@ def test_closed_client(cluster):
         obj.value(THETA)
 
 
+def test_a_cluster_without_workers(monkeypatch):
+    monkeypatch.setattr(md_client, "NO_WORKERS_WAIT", 0.5)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        with pytest.raises(md.NoWorkersError, match="no worker"):
+            md.hessian(dense, np.ones(3), np.ones((2, 3)), client=client)
+
+
 def test_mismatched_versions(cluster):
     _, client = cluster
     wrong = dict(md_client.versions(), numpy="0.0.1")

@@ -12,6 +12,7 @@ from .errors import (
                      ClosedError,
                      DistributedError,
                      NonScalarLossError,
+                     NoWorkersError,
                      ShardError,
                      ThetaShapeError,
                      UnpicklableFunctionError,
@@ -23,5 +24,5 @@ from .shards import ShardSet, shards
 
 __all__ = ["connect", "worker_plugin", "shards", "ShardSet", "objective", "Objective",
            "hessian", "hvp_columns", "sparse_hessian", "DistributedError", "UnpicklableFunctionError",
-           "ThetaShapeError", "NonScalarLossError", "ShardError", "ClosedError",
+           "ThetaShapeError", "NonScalarLossError", "ShardError", "ClosedError", "NoWorkersError",
            "VersionMismatchError"]

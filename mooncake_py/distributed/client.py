@@ -13,7 +13,12 @@ import numpy as np
 
 import mooncake_py as mp
 
-from .errors import ClosedError, UnpicklableFunctionError, VersionMismatchError
+from .errors import (
+    ClosedError,
+    NoWorkersError,
+    UnpicklableFunctionError,
+    VersionMismatchError,
+)
 
 PLUGIN_NAME = "mooncake_py"
 # glibc reads this variable, and mp.tune_allocator() leaves malloc alone where it is set; Dask's
@@ -83,6 +88,8 @@ def worker_plugin(expected=None):
 
     return MooncakeWorkerPlugin(versions() if expected is None else expected)
 
+
+NO_WORKERS_WAIT = 60  # seconds a call waits for a worker when the cluster has none
 
 _PREPARED = set()  # ids of clients whose workers got the plugin
 
@@ -213,7 +220,19 @@ class DaskBackend:
                 "and build the shards and objective on the new client.")
 
     def workers(self):
-        return sorted(self.client.nthreads())
+        """The workers' addresses, sorted; with none (all lost, or not started yet) it waits
+        up to ``NO_WORKERS_WAIT`` seconds for one: tasks spread over no workers would make no
+        results, and a nanny restarts a killed worker within seconds."""
+        have = self.client.nthreads()
+        if not have:
+            try:
+                self.client.wait_for_workers(1, timeout=NO_WORKERS_WAIT)
+            except Exception as e:  # (a TimeoutError, by Dask version)
+                raise NoWorkersError(
+                    f"the Dask cluster has had no worker for {NO_WORKERS_WAIT} s; start or "
+                    f"scale up workers (cluster.scale(n)) and call again.") from e
+            have = self.client.nthreads()
+        return sorted(have)
 
     def submit(self, fn, *args, worker=None, key=None):
         where = {} if worker is None else {"workers": [worker], "allow_other_workers": True}
@@ -239,6 +258,7 @@ class DaskBackend:
         the scheduler inside each task's graph: a 72 MB matrix cost ~0.4 s a worker that way).
         A copy on every worker survives the loss of any one, and a new worker gets it from
         the others."""
+        self.workers()   # (with none, scatter would wait and then raise a bare TimeoutError)
         return self.client.scatter(data, broadcast=True, hash=False, direct=self._direct())
 
     def _direct(self):

@@ -34,6 +34,11 @@ class ClosedError(DistributedError, RuntimeError):
     """The Dask client, or the objective, was closed before the call."""
 
 
+class NoWorkersError(DistributedError, RuntimeError):
+    """The Dask cluster had no worker for ``client.NO_WORKERS_WAIT`` seconds when a call
+    needed one."""
+
+
 class VersionMismatchError(DistributedError, RuntimeError):
     """A worker runs other versions of Python, NumPy, cloudpickle or mooncake_py than the client:
     functions pickled on the client could unpickle to other code there."""
