@@ -582,6 +582,31 @@ def array_function(d, func, args, kwargs):
 
 
 
+def sum_all(d):
+    """``np.sum(d)`` over every axis, without keywords, of the dual ``d`` (its tag open, real
+    and without lanes) as :func:`array_function` computes it, without reading keywords; None
+    where the dispatch must run.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> g = mp.dual(np.ones((2, 3)), np.arange(6.0).reshape(2, 3))
+        >>> float(mp.primal(sum_all(g))), float(mp.tangent(sum_all(g)))
+        (6.0, 15.0)
+    """
+    p, t = d._value, d._tangent
+    if type(p) is not _NDARRAY or type(t) is not _NDARRAY or _DEBUG.get().debug_mode or \
+            FRULES.get(_np_sum) is not _SUM_RULE or \
+            getattr(_SUM_RULE, "_mc_native", None) is not _SUM_NATIVE[0]:
+        return None
+    sp = _add_reduce(p, axis=None, keepdims=False)
+    st = _add_reduce(t, axis=None, keepdims=False)
+    if type(sp) is _F64 and type(st) is _F64:
+        return DualArray(sp, st, d._tag)
+    if fresh(sp, st, (t,)):
+        return DualArray(sp, st, d._tag)
+    return wrap_result(_np_sum, sp, st, [p], [t], d._tag)
+
+
 _add_reduce = np.add.reduce
 _np_sum, _np_reshape = np.sum, np.reshape
 _SUM_RULE = FRULES[np.sum]

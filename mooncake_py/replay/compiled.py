@@ -915,6 +915,23 @@ class CompiledPlan:
         self.runs += 1
         return _F64(y), self._split(g)
 
+    def run_one(self, x):
+        """``(value, gradient)`` for one float64 array ``x`` (a plan of one input): what
+        :meth:`run` and the plan's ``finish`` give, without their lists. Raises where they
+        raise."""
+        shapes = self._shapes
+        if len(shapes) != 1 or not _f64_array(x, shapes[0]):
+            raise _Failed()
+        _check_rules(self._fns)
+        op, a, b, c, dst, n, ynode = self._arrays
+        x = x.ravel()
+        ok, y, g = self._k(op, a, b, c, dst, x, n, ynode, x.shape[0])
+        if not ok:
+            raise _Failed()
+        self.runs += 1
+        g, = self.finish([g.reshape(shapes[0])])
+        return _F64(y), g
+
 
 class CompiledHVPPlan(CompiledPlan):
     """A replay plan recorded on dual numbers (an HVP cache's), run by the forward-over-reverse
@@ -957,6 +974,23 @@ class CompiledHVPPlan(CompiledPlan):
             return dual(_F64(y), _F64(yt), tag), [dual(g.reshape(shape), gt.reshape(shape), tag)]
         return dual(_F64(y), _F64(yt), tag), [dual(p, t, tag) for p, t in
                                               zip(self._split(g), self._split(gt))]
+
+    def run_one(self, x, v):
+        """``(value, gradient, H·v)`` for one float64 array ``x`` and direction ``v`` (a plan
+        of one input): the kernel's outputs as the general path reads them back from the duals
+        :meth:`run` returns, without making them. Raises where :meth:`run` raises."""
+        shapes = self._shapes
+        if len(shapes) != 1 or not (_f64_array(x, shapes[0]) and _f64_array(v, shapes[0])):
+            raise _Failed()
+        _check_rules(self._fns)
+        op, a, b, c, dst, n, ynode = self._arrays
+        x = x.ravel()
+        ok, y, _, g, gt = self._k(op, a, b, c, dst, x, v.ravel(), n, ynode, x.shape[0])
+        if not ok:
+            raise _Failed()
+        self.runs += 1
+        shape = shapes[0]
+        return _F64(y), g.reshape(shape), gt.reshape(shape)
 
 
 

@@ -365,8 +365,12 @@ class FusedRun:
         if not dual:
             xs = [self._array(v) if a else self._scalar(v) for v, a in zip(values, self.xarr)]
             T = np.empty(n, dt)
-            D = [np.empty(n, dt) for a in self.xarr if a]
-            out = self.kernel(None)(n, *xs, *self.const_args, T, *D)
+            # the gradients in the input's shape, the kernel writing through flat views: the
+            # pullback hands them out as they are, arrays that as_gradient need not copy
+            shape = self.shape
+            D = [np.empty(shape, dt) for a in self.xarr if a]
+            flat = D if len(shape) == 1 else [d.reshape(-1) for d in D]
+            out = self.kernel(None)(n, *xs, *self.const_args, T, *flat)
             return dt.type(out[0]), _pullback(self, D, out[1:], None, None, None)
         tag = None
         xs, ts, has = [], [], []
@@ -406,7 +410,9 @@ def _pullback(run, D, sD, E, sE, tag):
         out, ia, isc = [], 0, 0
         for a in run.xarr:
             if a:
-                d = D[ia].reshape(shape)
+                d = D[ia]
+                if d.shape != shape:
+                    d = d.reshape(shape)
                 e = None if E is None else E[ia].reshape(shape)
                 ia += 1
             else:
@@ -444,6 +450,62 @@ class FusedPlan(Plan):
         out = Plan.run(self, leaves)
         self.runs += 1
         return out
+
+    def single(self):
+        """The :class:`FusedRun` when the plan is nothing but one float64 run over its one
+        input array, its sum the output (``np.sum(np.sin(x))``): :meth:`run_one` serves such
+        a plan without the plan's steps. None otherwise."""
+        one = self.__dict__.get("_single", False)
+        if one is False:
+            one = self._single = _single_run(self)
+        return one
+
+    def run_one(self, x, v=None):
+        """``(value, gradient)`` of a :meth:`single` plan at the float64 array ``x``, or with
+        a direction ``v`` ``(value, gradient, H·v)``: the run's kernel called as
+        :meth:`run` calls it, its outputs as the sweep and the read-back of the duals would
+        hand them out (the sweep's seed is one, so the pullback scales nothing). Raises where
+        :meth:`run` would fail: a rule registered since the recording, another shape."""
+        run = self.single()
+        if run is None or RRULES.get(_fused_sum) is not _fused_sum_rule:
+            raise _Failed()
+        for fn, rule in run.fns:
+            if RRULES.get(fn) is not rule:
+                raise _Failed()
+        n, dt, shape = run.size, run.dtype, run.shape
+        x = run._array(x)
+        D = np.empty(shape, dt)
+        flat = D if len(shape) == 1 else D.reshape(-1)
+        if v is None:
+            out = run.kernel(None)(n, x, *run.const_args, np.empty(n, dt), flat)
+            self.runs += 1
+            return dt.type(out[0]), D
+        E = np.empty(shape, dt)
+        out = run.kernel(_ONE_DUAL)(n, x, run._array(v), *run.const_args, np.empty(n, dt),
+                                    np.empty(n, dt), flat,
+                                    E if len(shape) == 1 else E.reshape(-1))
+        self.runs += 1
+        return dt.type(out[0]), D, E
+
+
+_ONE_DUAL = (True,)
+
+
+def _single_run(plan):
+    """(FusedPlan.single) the plan's one run when it is all the plan does, else None."""
+    if len(plan.steps) != 1 or plan.inputs != [0] or plan.ndiff != 1 or \
+            getattr(plan, "writes", None):
+        return None
+    st = plan.steps[0]
+    if st[0] != _OP or st[1] is not _fused_sum or st[2] is not _fused_sum_rule or st[4] or \
+            len(st[3]) != 2 or st[3][1] != (_SLOT, 0) or plan.ynode != st[6] or \
+            plan.parents[st[6]] != (0,):
+        return None
+    run = st[3][0][1]
+    if type(run) is not FusedRun or run.xarr != [True] or run.dtype != np.float64 or \
+            run.external != [0]:
+        return None
+    return run
 
 
 def _number(v, dt):

@@ -26,12 +26,12 @@ import operator
 
 import numpy as np
 
-from ..core.array_ops import innermost
-from ..dual import dual_array
+from ..core.array_ops import astype, innermost
 from ..dual.dual_array import DualArray
+from ..dual.lean import sum_all
 from ..mixed import dual_scalars
 from ..rules.broadcasting import shape_of
-from ..rules.reductions import _like, broadcast_cotangent
+from ..rules.reductions import broadcast_cotangent, dtype_of
 from ..rules.registry import RRULES
 from ..tape import fastpath
 from ..tape.pullbacks import ItemRead
@@ -234,24 +234,27 @@ def _made(em, op, node, lines, dual, check=None):
 
 def _dual_sum(d):
     """The sum rule's (value, pullback) for ``np.sum(d)`` of a dual ``d``, by the dual
-    layer's short path of np.sum; None where that does not apply (the rule runs)."""
+    layer's short path of np.sum (with the keywords the sum rule passes it, ``axis=None,
+    dtype=None, keepdims=False``: every axis, none given); None where that does not apply
+    (the rule runs)."""
     if type(d) is DualArray:
         tag = d._tag
         if not tag._watch and not tag.lanes:
-            y = dual_array.LEAN_FUNCTIONS[0](d, np.sum, (d,), _SUM_KW)
+            y = sum_all(d)
             if type(y) is DualArray:
-                return y, _sum_pullback(shape_of(d), d)
+                p = d._value
+                return y, _sum_pullback(p.shape, p.dtype)
     return None
 
 
-# the keywords the sum rule passes to np.sum (reductions._sum_rule)
-_SUM_KW = {"axis": None, "dtype": None, "keepdims": False}
-
-
-def _sum_pullback(shape, x):
+def _sum_pullback(shape, dt):
     """The sum rule's pullback for a full sum (axis=None: the cotangent broadcast as is),
-    as its reduction_rule wrapper returns it."""
-    return lambda g: (_like(broadcast_cotangent(g, shape), x),)
+    as its reduction_rule wrapper returns it (``dt``: the dtype of the dual summed, whose
+    primal is an ndarray; reductions._like casts to it)."""
+    def pullback(g):
+        gx = broadcast_cotangent(g, shape)
+        return (gx if dtype_of(gx) == dt else astype(gx, dt),)
+    return pullback
 
 
 def _ditem(d, key, rule):

@@ -28,6 +28,7 @@ from ..core.arguments import fname, is_float_leaf, norm_argnums
 from ..core.pytree import flatten, leaf_paths
 from ..errors import PreparedCacheSpecError, StaleReplayError
 from ..replay.compiling import CompilingReplayer, compile_report
+from ..replay.one_array import gradient_entry
 from ..replay.outside import OutsideGuard
 from ..replay.plans import record_pullback
 from ..replay.source import SourcePullbackReplayer, SourceReplayer
@@ -110,6 +111,16 @@ class CacheSpec:
                         "a new cache for new shapes or dtypes.")
 
 
+    def one_array(self):
+        """The shape prepared when the cache takes one float64 NumPy array, differentiated
+        (``argnums`` not given): the call replay/one_array.py serves. None otherwise."""
+        quick = getattr(self, "_quick", None)
+        if quick is None or len(quick) != 1 or quick[0] is float or \
+                getattr(self, "argnums", None) is not None or self.float_args != (0,) or \
+                quick[0][1] != np.float64:
+            return None
+        return quick[0][0]
+
     def arrange(self, items, nargs):
         """``items`` (one per :attr:`float_args`) as the caller receives them: with
         ``argnums=None`` one per argument (None where not differentiated), with an int
@@ -166,7 +177,10 @@ class ReplayingCache:
     :meth:`replay_state` is what a call replays with: it first checks, by identity, the
     globals and closure variables ``f`` reads (replay/outside.py) and starts afresh (records
     again) when one of them is bound to another object."""
-    _transient = ("_replay", "_outside")
+    _transient = ("_replay", "_outside", "_fast")
+    # the replay's entry for the one-array call (replay/one_array.py), made with the replay
+    # state by _start_replay; None for caches without one
+    _entry = None
 
     def _new_replay(self):
         raise NotImplementedError
@@ -177,6 +191,10 @@ class ReplayingCache:
     def _start_replay(self, replay):
         self._replay = self._new_replay() if replay else None
         self._outside = OutsideGuard(self.spec.f) if replay else None
+        self._fast = None
+        one = self.spec.one_array()
+        if replay and one is not None and self._entry is not None:
+            self._fast = self._entry(self._replay, self.spec.f, one, self._outside.holds)
 
     def replay_state(self):
         """The replay state for this call (None for ``replay=False``), new when a global or
@@ -269,7 +287,8 @@ class GradientCache(ReplayingCache):
 
     Pickles like the other caches (when ``f`` does): the gradient function is rebuilt on
     loading, not stored."""
-    _transient = ("_replay", "_outside", "_vg")
+    _transient = ("_replay", "_outside", "_fast", "_vg")
+    _entry = staticmethod(gradient_entry)
 
     def __init__(self, f, args, replay=True, compile=False, argnums=None):
         self.spec = CacheSpec("gradient", f, args, argnums)
@@ -373,8 +392,13 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
         (9.0, array([ 3., 12.]))
     """
     if type(cache) is GradientCache and len(args) == 1:
-        # one plain array as prepared (the common call): CacheSpec.check's quick test inline,
-        # and the gradients already as arranged; anything else takes the checks below
+        # one float64 array as prepared (the common call): the replay's bound entry checks
+        # what the path below would and serves it, or returns None for that path to decide
+        fast = cache._fast
+        if fast is not None:
+            out = fast(f, args[0])
+            if out is not None:
+                return out
         spec = cache.spec
         a = args[0]
         q = getattr(spec, "_quick", None)

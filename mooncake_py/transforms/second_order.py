@@ -27,6 +27,7 @@ from ..replay.compiling import (
     direction_cost,
     estimated_direction_cost,
 )
+from ..replay.one_array import hvp_entry
 from ..replay.plans import Replayer
 from ..replay.source import SourceReplayer
 from ..tape import Tape, TrackedArray
@@ -350,6 +351,8 @@ class HVPCache(ReplayingCache):
     """Prepared by :func:`prepare_hvp_cache`; used by :func:`value_and_hvp`. Pickles without
     its plan (the next call records again)."""
 
+    _entry = staticmethod(hvp_entry)
+
     def __init__(self, f, args, replay=True, compile=False, argnums=None):
         self.spec = CacheSpec("hvp", f, args, argnums)
         self._compile = compile
@@ -479,8 +482,13 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
         (array([ 3., 12.]), array([6., 0.]))
     """
     if type(cache) is HVPCache and len(args) == 1:
-        # one plain array as prepared (the common call): CacheSpec.check's quick test inline;
-        # anything else takes the checks below
+        # one float64 array as prepared (the common call): the replay's bound entry checks
+        # what the path below would and serves it, or returns None for that path to decide
+        fast = cache._fast
+        if fast is not None:
+            out = fast(f, v, args[0])
+            if out is not None:
+                return out
         spec = cache.spec
         a = args[0]
         q = getattr(spec, "_quick", None)

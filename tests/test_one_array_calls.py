@@ -1,0 +1,215 @@
+"""The one-array call of prepared gradient and HVP caches (replay/one_array.py): bit for bit
+what the general path gives, and every guard of the general path still fires on it."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import mooncake_py as mp
+from mooncake_py.rules.registry import RRULES
+
+SCALE = 1.0
+
+
+def scaled_sum(x):
+    return SCALE * np.sum(np.sin(x))
+
+
+def loop(x):
+    s = 0.0
+    for i in range(x.size):
+        s = s + x[i] * x[i]
+    return s
+
+
+FUNCTIONS = {
+    "sum": lambda x: np.sum(x),
+    "sum_sin": lambda x: np.sum(np.sin(x)),
+    "sum_sq": lambda x: -0.5 * np.sum(x ** 2),
+    "broadcast": lambda x: np.sum(np.sin(x) * np.cos(x) + np.exp(x)),
+    "loop": loop,
+}
+
+
+def _bits(out):
+    leaves = []
+    for a in out:
+        if isinstance(a, tuple):
+            leaves += _bits(a)
+        else:
+            a = np.asarray(a)
+            leaves.append((a.dtype.str, a.shape, a.tobytes()))
+    return leaves
+
+
+def _caches(f, x, kind, compile):
+    prep = mp.prepare_gradient_cache if kind == "gradient" else mp.prepare_hvp_cache
+    return prep(f, x, compile=compile)
+
+
+def _call(c, f, x, v):
+    if type(c).__name__ == "GradientCache":
+        return mp.value_and_gradient(c, f, x)
+    return mp.value_and_hvp(c, f, v, x)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mp.CompileFallbackWarning)
+        yield
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_the_one_array_call_is_the_general_path_bit_for_bit(name, kind, compile):
+    f = FUNCTIONS[name]
+    rng = np.random.default_rng(0)
+    shape = (3, 4) if name == "broadcast" else (12,)
+    x0, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    fast, general = _caches(f, x0, kind, compile), _caches(f, x0, kind, compile)
+    for _ in range(2):
+        _call(fast, f, x0, v), _call(general, f, x0, v)
+    assert fast._fast is not None
+    served = fast._replay.replays
+    for _ in range(3):
+        x = rng.standard_normal(shape)
+        general._fast = None  # (the general path alone)
+        want = _call(general, f, x, v)
+        got = _call(fast, f, x, v)
+        assert _bits(got) == _bits(want)
+    assert fast._replay.replays == served + 3
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_the_one_array_call_takes_no_general_step(kind, compile, monkeypatch):
+    f = FUNCTIONS["sum_sin"]
+    x = np.linspace(0.0, 1.0, 7)
+    c = _caches(f, x, kind, compile)
+    for _ in range(2):
+        _call(c, f, x, x)
+
+    def general(*args, **kwargs):
+        raise AssertionError("the general path ran")
+    monkeypatch.setattr(c._replay, "call", general)
+    _call(c, f, x, x)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_wrong_arguments_raise_as_before(kind, compile):
+    f = FUNCTIONS["sum_sin"]
+    x = np.linspace(0.0, 1.0, 5)
+    c = _caches(f, x, kind, compile)
+    for _ in range(2):
+        _call(c, f, x, x)
+    with pytest.raises(mp.PreparedCacheSpecError, match=r"shape \(6,\)"):
+        _call(c, f, np.ones(6), np.ones(6))
+    with pytest.raises(mp.PreparedCacheSpecError, match="float32"):
+        _call(c, f, x.astype(np.float32), x.astype(np.float32))
+    with pytest.raises(mp.PreparedCacheSpecError, match="different function"):
+        _call(c, lambda x: np.sum(x), x, x)
+    if kind == "hvp":
+        with pytest.raises(Exception, match="shape"):
+            mp.value_and_hvp(c, f, np.ones(6), x)
+    # and the next call is served as before
+    before = c._replay.replays
+    out = _call(c, f, x, x)
+    assert c._replay.replays == before + 1
+    assert np.allclose(out[1][0] if kind == "gradient" else out[1], np.cos(x))
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_a_rule_registered_after_preparing_is_used(kind, compile, monkeypatch):
+    f = FUNCTIONS["sum_sin"]
+    x, v = np.linspace(0.0, 1.0, 5), np.ones(5)
+    c = _caches(f, x, kind, compile)
+    for _ in range(2):
+        _call(c, f, x, v)
+    old = RRULES[np.sin]
+
+    def rule(args, kwargs, needs):
+        y, pb = old(args, kwargs, needs)
+        return y, lambda g: tuple(None if p is None else 2 * p for p in pb(g))
+    monkeypatch.setitem(RRULES, np.sin, rule)
+    out = _call(c, f, x, v)
+    if kind == "gradient":
+        np.testing.assert_allclose(out[1][0], 2 * np.cos(x), rtol=1e-14)
+    else:
+        np.testing.assert_allclose(out[1], 2 * np.cos(x), rtol=1e-14)
+        np.testing.assert_allclose(out[2], -2 * np.sin(x) * v, rtol=1e-14)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_a_rebound_global_records_again(kind, compile):
+    global SCALE
+    x, v = np.linspace(0.0, 1.0, 5), np.ones(5)
+    c = _caches(scaled_sum, x, kind, compile)
+    try:
+        for s in (1.0, 1.0, 3.0, 3.0, 1.0):
+            SCALE = s
+            out = _call(c, scaled_sum, x, v)
+            g = out[1][0] if kind == "gradient" else out[1]
+            np.testing.assert_allclose(g, s * np.cos(x), rtol=1e-14)
+            if kind == "hvp":
+                np.testing.assert_allclose(out[2], -s * np.sin(x) * v, rtol=1e-14)
+        assert c._fast is not None
+    finally:
+        SCALE = 1.0
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_debug_mode_still_checks_the_replay(kind):
+    data = np.ones(4)
+    f = lambda x: np.sum(x * data)
+    x = np.ones(4)
+    c = _caches(f, x, kind, False)
+    for _ in range(2):
+        _call(c, f, x, x)
+    with mp.Config(debug_mode=True):
+        data[:] = 2.0  # (refilled in place: only debug mode sees it)
+        with pytest.raises(mp.StaleReplayError):
+            _call(c, f, x, x)
+    data[:] = 1.0
+    _call(c, f, x, x)
+
+
+def test_float32_caches_keep_float32():
+    f = FUNCTIONS["sum_sq"]
+    x = np.ones(3, dtype=np.float32)
+    c, h = mp.prepare_gradient_cache(f, x), mp.prepare_hvp_cache(f, x)
+    for _ in range(3):
+        _, (g,) = mp.value_and_gradient(c, f, x)
+        _, g2, hv = mp.value_and_hvp(h, f, x, x)
+    assert g.dtype == g2.dtype == hv.dtype == np.float32
+
+
+def test_an_exception_inside_f_leaves_the_cache_working():
+    def f(x):
+        if x[0] > 5:
+            raise ValueError("too large")
+        return np.sum(np.sin(x))
+    x = np.zeros(3)
+    for prep, call in ((mp.prepare_gradient_cache, lambda c, x: mp.value_and_gradient(c, f, x)),
+                       (mp.prepare_hvp_cache, lambda c, x: mp.value_and_hvp(c, f, x, x))):
+        c = prep(f, x)
+        for _ in range(2):
+            call(c, x)
+        with pytest.raises(ValueError, match="too large"):
+            call(c, np.full(3, 10.0))
+        out = call(c, x)
+        assert np.allclose(out[1][0] if isinstance(out[1], tuple) else out[1], 1.0)
+
+
+def test_pickled_caches_serve_the_one_array_call():
+    x = np.arange(4.0)
+    c = pickle.loads(pickle.dumps(mp.prepare_gradient_cache(scaled_sum, x)))
+    for _ in range(3):
+        _, (g,) = mp.value_and_gradient(c, scaled_sum, x)
+    assert c._fast is not None and c._replay.replays == 2
+    assert g.tolist() == np.cos(x).tolist()
