@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
+from mooncake_py.replay.source import SourceReplayer
 from mooncake_py.rules.registry import RRULES
 
 SCALE = 1.0
@@ -213,3 +214,16 @@ def test_pickled_caches_serve_the_one_array_call():
         _, (g,) = mp.value_and_gradient(c, scaled_sum, x)
     assert c._fast is not None and c._replay.replays == 2
     assert g.tolist() == np.cos(x).tolist()
+
+
+def test_a_replaced_replayer_serves_the_calls():
+    f = FUNCTIONS["sum_sin"]
+    x = np.linspace(0.0, 1.0, 5)
+    c = mp.prepare_gradient_cache(f, x)
+    for _ in range(3):
+        mp.value_and_gradient(c, f, x)
+    old = c._replay
+    c._replay = SourceReplayer()
+    for _ in range(2):
+        mp.value_and_gradient(c, f, x)
+    assert (old.replays, c._replay.replays) == (2, 1)

@@ -1,19 +1,18 @@
-"""The one-array call of a prepared gradient or HVP cache, bound once per replay state.
+"""The one-array call of a prepared gradient or HVP cache, through one closure per cache.
 
 ``value_and_gradient(c, f, x)`` and ``value_and_hvp(c, f, v, x)`` with ``x`` one float64
 NumPy array, as prepared, is the call a solver or sampler makes thousands of times; on a plan
 that is one kernel or a few array ops most of its time went to the layers between the call
 and the plan (the cache's checks, the replayer's dispatch, the dual seeding and reading back,
 each re-reading the same attributes and the config). :func:`gradient_entry` and
-:func:`hvp_entry` make, when a cache starts replaying, one closure holding what those layers
-look up on every call: the function and shape prepared, the replayer and the guard on what
-``f`` reads from outside. The closure checks, in this order, everything the general path
-checks for that call (``f``, the array's type, shape and dtype, debug mode, the outside guard,
-that the replayer has a plan and is not disabled, the plan's own guards and rule checks as its
-run makes them), and runs the plan's steps as the general path does, so its results are that
-path's bit for bit. When any check does not hold it returns None and the caller takes the
-general path, which decides as before (records again, counts the miss, raises the error a
-wrong argument deserves).
+:func:`hvp_entry` make, when a cache starts replaying, one closure holding the function and
+the shape prepared. The closure checks, in this order, everything the general path checks for
+that call (``f``, the array's type, shape and dtype, debug mode, the guard on the globals and
+closure variables ``f`` reads, that the replayer has a plan and is not disabled, the plan's own
+guards and rule checks as its run makes them), and runs the plan's steps as the general path
+does, so its results are that path's bit for bit. When any check does not hold it returns
+None and the caller takes the general path, which decides as before (records again, counts
+the miss, raises the error a wrong argument deserves).
 
 :class:`~.compiled.CompiledPlan` and :class:`~.compiled.CompiledHVPPlan`, and a
 :class:`~.fused.FusedPlan` that is one fused kernel and nothing else, take the array straight
@@ -34,32 +33,35 @@ _ND = np.ndarray
 _F64_DT = np.dtype(np.float64)
 
 
-def gradient_entry(replayer, f, shape, holds):
-    """``fast(f, x) -> (value, (gradient,))`` for the cache whose replayer is ``replayer``,
-    prepared for ``f`` at a float64 array of ``shape``, ``holds`` its outside guard's check;
-    None from ``fast`` where the general path must serve the call (module docstring).
+def gradient_entry(f, shape):
+    """``fast(cache, f, x) -> (value, (gradient,))`` for a gradient cache prepared for ``f`` at
+    a float64 array of ``shape``: served by the cache's replayer (``cache._replay``) under its
+    outside guard (``cache._outside``); None from ``fast`` where the general path must serve
+    the call (module docstring).
 
     Example:
         >>> import numpy as np
-        >>> from mooncake_py.replay.plans import Replayer
+        >>> import mooncake_py as mp
         >>> f = lambda x: np.sum(x * x)
-        >>> r = Replayer()
-        >>> fast = gradient_entry(r, f, (2,), lambda: True)
-        >>> fast(f, np.ones(2)) is None                       # no plan yet
+        >>> c = mp.prepare_gradient_cache(f, np.ones(2))
+        >>> fast = gradient_entry(f, (2,))
+        >>> fast(c, f, np.ones(2)) is None                     # no plan yet
         True
-        >>> _ = r.call(f, (np.ones(2),), (0,))                # records, and plans
-        >>> y, (g,) = fast(f, np.array([1.0, 2.0]))
-        >>> float(y), g.tolist(), r.replays
+        >>> _ = mp.value_and_gradient(c, f, np.ones(2))        # records, and plans
+        >>> y, (g,) = fast(c, f, np.array([1.0, 2.0]))
+        >>> float(y), g.tolist(), c._replay.replays
         (5.0, [2.0, 4.0], 1)
     """
     F, dt = f, _F64_DT
     get = _CONFIG.get
 
-    def fast(f, x):
+    def fast(cache, f, x):
         if f is not F or type(x) is not _ND or x.shape != shape or x.dtype != dt or \
-                get().debug_mode or not holds():
+                get().debug_mode:
             return None
-        rp = replayer
+        rp = cache._replay
+        if rp is None or not cache._outside.holds():
+            return None
         plan = rp.plan
         if plan is None or rp.disabled or plan.constants:
             return None
@@ -84,31 +86,31 @@ def gradient_entry(replayer, f, shape, holds):
     return fast
 
 
-def hvp_entry(replayer, f, shape, holds):
-    """``fast(f, v, x) -> (value, gradient, H·v)`` for an HVP cache whose (dual) replayer is
-    ``replayer``, as :func:`gradient_entry` for a gradient cache.
+def hvp_entry(f, shape):
+    """``fast(cache, f, v, x) -> (value, gradient, H·v)`` for an HVP cache prepared for ``f``
+    at a float64 array of ``shape``, as :func:`gradient_entry` for a gradient cache.
 
     Example:
         >>> import numpy as np
-        >>> from mooncake_py.replay.plans import Replayer
+        >>> import mooncake_py as mp
         >>> f = lambda x: np.sum(x ** 3)
-        >>> r = Replayer(dual=True, kind="hvp")
-        >>> fast = hvp_entry(r, f, (2,), lambda: True)
         >>> x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
-        >>> _ = r.call(f, (DualArray(x, v.copy(), Tag(0)),), (0,))   # records, and plans
-        >>> y, g, hv = fast(f, v, x)
+        >>> c = mp.prepare_hvp_cache(f, x)
+        >>> _ = mp.value_and_hvp(c, f, v, x)                   # records, and plans
+        >>> y, g, hv = hvp_entry(f, (2,))(c, f, v, x)
         >>> float(y), g.tolist(), hv.tolist()
         (9.0, [3.0, 12.0], [6.0, 0.0])
     """
     F, dt = f, _F64_DT
     get = _CONFIG.get
 
-    def fast(f, v, x):
+    def fast(cache, f, v, x):
         if f is not F or type(x) is not _ND or type(v) is not _ND or x.shape != shape or \
-                v.shape != shape or x.dtype != dt or v.dtype != dt or get().debug_mode or \
-                not holds():
+                v.shape != shape or x.dtype != dt or v.dtype != dt or get().debug_mode:
             return None
-        rp = replayer
+        rp = cache._replay
+        if rp is None or not cache._outside.holds():
+            return None
         plan = rp.plan
         if plan is None or rp.disabled or plan.constants:
             return None

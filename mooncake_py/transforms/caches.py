@@ -178,8 +178,7 @@ class ReplayingCache:
     globals and closure variables ``f`` reads (replay/outside.py) and starts afresh (records
     again) when one of them is bound to another object."""
     _transient = ("_replay", "_outside", "_fast")
-    # the replay's entry for the one-array call (replay/one_array.py), made with the replay
-    # state by _start_replay; None for caches without one
+    # the maker of the one-array call's entry (replay/one_array.py); None for caches without
     _entry = None
 
     def _new_replay(self):
@@ -194,7 +193,7 @@ class ReplayingCache:
         self._fast = None
         one = self.spec.one_array()
         if replay and one is not None and self._entry is not None:
-            self._fast = self._entry(self._replay, self.spec.f, one, self._outside.holds)
+            self._fast = self._entry(self.spec.f, one)
 
     def replay_state(self):
         """The replay state for this call (None for ``replay=False``), new when a global or
@@ -396,7 +395,7 @@ def value_and_gradient(cache: GradientCache, f: Callable[..., Any],
         # what the path below would and serves it, or returns None for that path to decide
         fast = cache._fast
         if fast is not None:
-            out = fast(f, args[0])
+            out = fast(cache, f, args[0])
             if out is not None:
                 return out
         spec = cache.spec

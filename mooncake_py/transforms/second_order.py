@@ -486,7 +486,7 @@ def value_and_hvp(cache: HVPCache, f: Callable[..., Any], v: Any,
         # what the path below would and serves it, or returns None for that path to decide
         fast = cache._fast
         if fast is not None:
-            out = fast(f, v, args[0])
+            out = fast(cache, f, v, args[0])
             if out is not None:
                 return out
         spec = cache.spec
