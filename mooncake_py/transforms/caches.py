@@ -178,7 +178,8 @@ class ReplayingCache:
     globals and closure variables ``f`` reads (replay/outside.py) and starts afresh (records
     again) when one of them is bound to another object."""
     _transient = ("_replay", "_outside", "_fast")
-    # the maker of the one-array call's entry (replay/one_array.py); None for caches without
+    # what makes the entry of the one-array call (replay/one_array.py): gradient and HVP
+    # caches have one, the others None
     _entry = None
 
     def _new_replay(self):
@@ -191,9 +192,10 @@ class ReplayingCache:
         self._replay = self._new_replay() if replay else None
         self._outside = OutsideGuard(self.spec.f) if replay else None
         self._fast = None
-        one = self.spec.one_array()
-        if replay and one is not None and self._entry is not None:
-            self._fast = self._entry(self.spec.f, one)
+        if replay and self._entry is not None:
+            one = self.spec.one_array()
+            if one is not None:
+                self._fast = self._entry(self.spec.f, one)
 
     def replay_state(self):
         """The replay state for this call (None for ``replay=False``), new when a global or
