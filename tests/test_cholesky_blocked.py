@@ -161,3 +161,13 @@ def test_factor_leaves_failures_and_other_operands_to_numpy():
 
 def test_factor_in_gradients_matches_finite_differences():
     check_rule(np.linalg.cholesky, _spd(50, 6), modes=("reverse",))
+
+
+def test_forward_rule_factor_and_tangent():
+    K, dK = _spd(50, 7), _spd(50, 8)
+    y, t = mp.jvp(np.linalg.cholesky, (K,), (dK,))
+    np.testing.assert_allclose(y, np.linalg.cholesky(K), rtol=0, atol=1e-13)
+    h = 1e-6
+    fd = (np.linalg.cholesky(K + h * dK) - np.linalg.cholesky(K - h * dK)) / (2 * h)
+    np.testing.assert_allclose(t, fd, rtol=0, atol=1e-7)
+    check_rule(np.linalg.cholesky, K, modes=("forward", "forward_over_reverse"))

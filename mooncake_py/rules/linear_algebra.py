@@ -1032,7 +1032,9 @@ def _triangle_times(a, x, lower, trans):
 @frule(np.linalg.cholesky, lanes=True)
 def _cholesky_f(primals, tangents, **kw):
     def go(a, upper=False):
-        y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
+        y = None if upper else cholesky_blas.factor(a)
+        if y is None:
+            y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
         tr, sym = _adjoints(y)
         L = tr(y) if upper else y
         da = tangents[0] * _read_mask(y, not upper)  # the triangle read: sym(da) below
