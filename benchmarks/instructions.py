@@ -9,9 +9,11 @@ a shared machine move by tens of percent, so a change to a hot path is judged by
 
 Cases: ``per_op`` (``grad`` of a 100-iteration ``s = s + x[i]*x[i]`` loop: 300 recorded ops),
 ``grad_sum3`` (``grad(np.sum)`` of a 3-vector: the fixed cost of a call), ``hvp__sum_1000`` (the
-unprepared HVP of the suite's ``_sum_1000``) and ``gp_lml_prepared_hvp`` (the suite's gp_lml,
-prepared HVP cache), ``hvp_kron_const`` (unprepared HVP of ``np.sum(np.kron(a, b))`` in ``a``
-alone, ``b`` a constant 40 x 40: the symbolic-zero-tangent path), ``rk4_grad`` / ``rk4_hvp`` (the
+unprepared HVP of the suite's ``_sum_1000``), ``gp_lml_prepared_hvp`` and
+``gp_lml_prepared_grad`` (the suite's gp_lml, prepared HVP and gradient caches),
+``simple_mlp_prepared_hvp`` (the suite's simple_mlp, prepared HVP cache), ``hvp_kron_const``
+(unprepared HVP of ``np.sum(np.kron(a, b))`` in ``a`` alone, ``b`` a constant 40 x 40: the
+symbolic-zero-tangent path), ``rk4_grad`` / ``rk4_hvp`` (the
 unprepared gradient and HVP of ``benchmarks.rk4``'s loss, 50 steps: scalar writes into an
 array), ``prepared_grad_sum`` / ``prepared_hvp_sum`` (prepared gradient and HVP caches of the
 suite's ``sum_1000``, ``np.sum`` of 1000: a plan's fixed cost per call) and
@@ -60,6 +62,19 @@ elif case == "gp_lml_prepared_hvp":
     args = c.make_inputs(rng)
     f = c.bind(xp)
     vs = tuple(np.ones_like(a) for a in args)
+    cache = mp.prepare_hvp_cache(f, *args)
+    call = lambda: mp.value_and_hvp(cache, f, vs, *args)
+elif case == "gp_lml_prepared_grad":
+    c = CASES["gp_lml"]
+    args = c.make_inputs(rng)
+    f = c.bind(xp)
+    cache = mp.prepare_gradient_cache(f, *args)
+    call = lambda: mp.value_and_gradient(cache, f, *args)
+elif case == "simple_mlp_prepared_hvp":
+    c = CASES["simple_mlp"]
+    args = c.make_inputs(rng)
+    f = c.bind(xp)
+    vs = tuple(rng.standard_normal(a.shape) for a in args)
     cache = mp.prepare_hvp_cache(f, *args)
     call = lambda: mp.value_and_hvp(cache, f, vs, *args)
 elif case == "hvp_kron_const":
@@ -117,10 +132,12 @@ for _ in range(n):
     call()
 """
 
-CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "hvp_kron_const",
+CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "gp_lml_prepared_grad",
+         "simple_mlp_prepared_hvp", "hvp_kron_const",
          "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
          "compiled_hvp_bsce", "compiled_grad_sumsin", "compiled_hvp_sumsin", "compiled_grad__sum")
 REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
+        "gp_lml_prepared_grad": 10, "simple_mlp_prepared_hvp": 5,
         "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
         "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100,
         "compiled_grad_sumsin": 100, "compiled_hvp_sumsin": 100, "compiled_grad__sum": 100}

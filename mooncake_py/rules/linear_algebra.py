@@ -857,7 +857,9 @@ def _cholesky_upper(a):
 
 @rrule(np.linalg.cholesky)
 def _cholesky(a, upper=False):
-    y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
+    y = None if upper else cholesky_blas.factor(a)
+    if y is None:
+        y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
     # complex (Hermitian A = L Lᴴ, real diagonal of L): every ᵀ below becomes ᴴ
     tr, sym = _adjoints(y)
     trans = 2 if tr is _mH else 1
@@ -905,6 +907,9 @@ def _plain_cholesky_cotangent(L, gL):
                [-0.5  ,  0.5  ]])
     """
     if type(L) is np.ndarray and L.ndim == 2:
+        fast = cholesky_blas.lower_cotangent(L, gL)
+        if fast is not None:
+            return fast
         fast = cholesky_blas.cotangent(L, gL, _phi_mask(L.shape[-1], L.dtype, L))
         if fast is not None:
             return _read_cotangent(fast, True)
@@ -1027,7 +1032,9 @@ def _triangle_times(a, x, lower, trans):
 @frule(np.linalg.cholesky, lanes=True)
 def _cholesky_f(primals, tangents, **kw):
     def go(a, upper=False):
-        y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
+        y = None if upper else cholesky_blas.factor(a)
+        if y is None:
+            y = _cholesky_upper(a) if upper else np.linalg.cholesky(a)
         tr, sym = _adjoints(y)
         L = tr(y) if upper else y
         da = tangents[0] * _read_mask(y, not upper)  # the triangle read: sym(da) below
