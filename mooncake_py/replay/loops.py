@@ -1,0 +1,597 @@
+"""Compiled loops: a compiled plan's repeated iterations run as a real ``for`` loop.
+
+The interpreter kernel (compiled.py) runs a scalar loop of ``f`` as its unrolled recording:
+thousands of steps, each read back through the plan's arrays (``V[A[s]]``, ``ADJ[D[s]]``),
+so the loop's carried value (``s`` in ``s += x[i]``) makes a round trip through memory on
+every step, forward and back. Here the encoded plan is *rerolled*: a run of iterations that
+do the same steps on values that relate to each other the same way becomes one loop of a
+kernel generated for the plan's shape, with the carried values (and their cotangents) in
+local variables. The steps between loops are written out one by one.
+
+What one iteration's steps may read: an element of an argument (any offset), a constant, a
+value made earlier in the same iteration (*internal*), a value made by the previous iteration
+(*carried*; in the first iteration, a value from before the loop), or a value from before the
+loop. What makes iterations alike is what the interpreter's sweep would do in them: the same
+opcodes, operand kinds, comparison outcomes, and the same reached / first-contribution flags
+of the reverse sweep. Those flags are fixed by the plan's structure (not by the values), so
+they are computed once here (:func:`sweep_flags`) and written into the kernel: a cotangent is
+stored where the interpreter's ``R`` flag is unset and added where it is set, in the same
+order, and each statement is the interpreter's own (same operations, same operands), so the
+results are the interpreter's bit for bit. (A kernel is also checked against the interpreter
+on the recorded values before it is used.)
+
+The generated source depends on the shape of the plan only: the loop counts come in the first
+array (the interpreter's opcodes are written into the source), the nodes, element offsets and
+constants in the other arrays, read by step index. So a loop of 500 iterations and one of
+1000 share a kernel. Kernels are cached on disk (numba ``cache=True``) under a name made from
+the hash of their source, as the interpreter is.
+"""
+import hashlib
+import threading
+
+import numpy as np
+
+from ..dual.kernels_cpu import kernel_dir
+from .compiled import (
+    _CMP,
+    _JIT,
+    _NEG,
+    _POW,
+    _TRUTH,
+    _UNARY0,
+    _import,
+    _np_call,
+    _pow_derivatives,
+    _unary_ops,
+)
+
+# A run of fewer iterations stays written out step by step.
+MIN_ITERATIONS = 4
+# Longest loop body looked for (steps).
+MAX_BODY = 48
+# Plans with more steps outside loops than this are left to the interpreter: straight-line
+# source costs compile time that grows faster than linearly with its length.
+MAX_STRAIGHT = 160
+# Plans longer than this are not searched for loops (the search holds MAX_BODY run arrays).
+MAX_STEPS = 400_000
+
+_SYM = {1: "+", 2: "-", 3: "*", 4: "/"}
+_CMP_SYM = {code: sym for sym, code in _CMP.values()}
+
+_LOCK = threading.Lock()
+_MEMO = {}  # source sha1 -> kernel (or None: failed to build in this process)
+
+
+def _makes_node(o):
+    return o <= 4 or o == _NEG or o == _POW or o >= _UNARY0
+
+
+def _reads(o):
+    """How many node operands the reverse sweep passes a cotangent to (and which fields)."""
+    if o == 0 or _CMP_SYM.get(o) or o == _TRUTH:
+        return 0
+    return 2 if o <= 4 or o == _POW else 1
+
+
+def sweep_flags(op, a, b, dst, n, ynode):
+    """The interpreter's reverse sweep, on the plan's structure alone: per step whether it is
+    reached (its node has a cotangent) and, per operand that gets a cotangent, whether that
+    contribution is the node's first (stored) or a later one (added); and per node the last
+    step that contributes to it (``len(op)`` for the output's seed, -1 for none).
+
+    Example:
+        >>> op = np.array([0, 0, 3]); a = np.array([0, 1, 0]); b = np.array([-1, -1, 1])
+        >>> reached, fa, fb, last = sweep_flags(op, a, b, np.array([0, 1, 2]), 3, 2)
+        >>> reached.tolist(), fa.tolist(), fb.tolist(), last.tolist()
+        ([True, True, True], [0, 0, 1], [0, 0, 1], [2, 2, 3])
+    """
+    m = len(op)
+    R = np.zeros(n, np.bool_)
+    last = np.full(n, -1, np.int64)
+    R[ynode] = True
+    last[ynode] = m
+    reached = np.zeros(m, np.bool_)
+    fa = np.zeros(m, np.int8)  # 0: no contribution, 1: first (stored), 2: later (added)
+    fb = np.zeros(m, np.int8)
+    opl, al, bl, dl = op.tolist(), a.tolist(), b.tolist(), dst.tolist()
+    for s in range(m - 1, -1, -1):
+        o = opl[s]
+        k = _reads(o)
+        if (o != 0 and k == 0) or not R[dl[s]]:
+            continue
+        reached[s] = True
+        if k == 0:
+            continue
+        p = al[s]
+        if p >= 0:
+            fa[s] = 2 if R[p] else 1
+            R[p] = True
+            if last[p] < 0:
+                last[p] = s
+        if k == 2:
+            p = bl[s]
+            if p >= 0:
+                fb[s] = 2 if R[p] else 1
+                R[p] = True
+                if last[p] < 0:
+                    last[p] = s
+    return reached, fa, fb, last
+
+
+class _Loop:
+    """Steps ``s0`` to ``s0 + count * period - 1``: ``count`` iterations of ``body``, a
+    tuple per body step (opcode, kind of a, kind of b, constant seen (guards), reached,
+    flag a, flag b); a kind is ("k",) a constant, ("x",) an element offset, ("i", j) the
+    node made by body step j this iteration, ("c", j) the one made by body step j in the
+    previous iteration, ("o",) a node from before the loop. ``status[j]``: whether body step
+    j's node has a cotangent when the sweep reaches the iteration (from the next one, or for
+    the last from after the loop)."""
+
+    def __init__(self, s0, period, count, body, status):
+        self.s0, self.period, self.count, self.body, self.status = \
+            s0, period, count, body, status
+
+
+def _keys(op, a, b, dst, producer, reached, fa, fb):
+    """A period-free key per step: steps of alike iterations have equal keys (the converse
+    is checked by :func:`_iteration`)."""
+    ids, table = np.empty(len(op), np.int64), {}
+    far = 2 * MAX_BODY
+    opl, al, bl, dl = op.tolist(), a.tolist(), b.tolist(), dst.tolist()
+    readers = np.zeros(len(producer), np.int64)
+    for s, o in enumerate(opl):
+        if o != 0:
+            for p in (al[s], bl[s]):
+                if p >= 0:
+                    readers[p] += 1
+    for s, o in enumerate(opl):
+        def kind(p, s=s):
+            if p < 0:
+                return -1
+            d = s - producer[p]
+            # (a value read by many steps, such as one a loop reads in every iteration, is
+            # at another distance in each: keyed alike, left to _iteration to tell apart)
+            return d if d <= far and readers[p] <= 8 else 0
+        if o == 0:
+            key = (0, reached[s])
+        else:
+            key = (o, kind(al[s]), kind(bl[s]) if _reads(o) == 2 or o in _CMP_SYM else -2,
+                   dl[s] if o in _CMP_SYM or o == _TRUTH else -3, reached[s], fa[s], fb[s])
+        ids[s] = table.setdefault(key, len(table))
+    return ids
+
+
+def _runs(ids, P):
+    """run[s]: how many consecutive steps from s equal the step P later."""
+    m = len(ids)
+    run = np.zeros(m + 1, np.int64)
+    if P >= m:
+        return run
+    L = m - P
+    eq = ids[:L] == ids[P:]
+    marks = np.full(L + 1, L, np.int64)
+    idx = np.nonzero(~eq)[0]
+    marks[idx] = idx
+    nxt = np.minimum.accumulate(marks[::-1])[::-1]  # the first mismatch at or after s
+    run[:L] = nxt[:L] - np.arange(L)
+    return run
+
+
+def _iteration(s, P, s0, op, a, b, dst, producer, reached, fa, fb, last):
+    """The body description (as :class:`_Loop` holds it) of the iteration at step ``s`` of a
+    loop starting at ``s0``, the nodes it reads from before the loop as carried values
+    ({body step: node}), and the statuses (with whether a node is read beyond the next
+    iteration); None when a step reads a node made two or more iterations back."""
+    body = []
+    for j in range(P):
+        t = s + j
+        o = int(op[t])
+        if o == 0:
+            body.append((0, ("x",), ("k",), 0, bool(reached[t]), 0, 0))
+            continue
+        kinds = []
+        for field, used in ((a, True), (b, _reads(o) == 2 or o in _CMP_SYM)):
+            p = int(field[t])
+            if not used:
+                kinds.append(("k",))
+                continue
+            if p < 0:
+                kinds.append(("k",))
+                continue
+            q = producer[p]
+            if q >= s:
+                kinds.append(("i", q - s))
+            elif q >= s - P and q >= s0:
+                kinds.append(("c", q - s + P))
+            elif q < s0:
+                kinds.append(("o", p))
+            else:
+                return None
+        seen = int(dst[t]) if o in _CMP_SYM or o == _TRUTH else 0
+        body.append((o, kinds[0], kinds[1], seen, bool(reached[t]), int(fa[t]), int(fb[t])))
+    status, beyond = [], False
+    for j in range(P):
+        if not _makes_node(int(op[s + j])):
+            status.append(False)
+            continue
+        lc = last[dst[s + j]]
+        status.append(bool(lc >= s + P))
+        beyond |= bool(lc >= s + 2 * P)
+    return body, status, beyond
+
+
+def _strip(body):
+    """The body with the nodes of "o" operands dropped (they may differ per iteration)."""
+    return tuple((o, ka[:1] if ka[0] == "o" else ka, kb[:1] if kb[0] == "o" else kb,
+                  seen, r, f1, f2) for o, ka, kb, seen, r, f1, f2 in body)
+
+
+def _carried_init(first, ref):
+    """For the first iteration ``first`` of a loop whose other iterations look like ``ref``:
+    {carried body step j: the node from before the loop it stands for}, or None when the
+    first iteration is not like the others."""
+    init = {}
+    for (o1, *k1, s1, r1, a1, b1), (o2, *k2, s2, r2, a2, b2) in zip(first, ref):
+        if (o1, s1, r1, a1, b1) != (o2, s2, r2, a2, b2):
+            return None
+        for x, y in zip(k1, k2):
+            if y[0] == "c":
+                if x[0] != "o" or init.setdefault(y[1], x[1]) != x[1]:
+                    return None
+            elif x[:1] != y[:1] or (x[0] == "i" and x != y):
+                return None
+    return init
+
+
+def _validate(s0, P, count, arrays, flags):
+    """The :class:`_Loop` of the longest prefix (of at least :data:`MIN_ITERATIONS`
+    iterations) of the candidate that the kernel can run as one loop, or None."""
+    op, a, b, dst, producer = arrays
+    reached, fa, fb, last = flags
+    args = (op, a, b, dst, producer, reached, fa, fb, last)
+    if count < 2:
+        return None
+    it1 = _iteration(s0 + P, P, s0, *args)
+    if it1 is None or it1[2]:
+        return None
+    ref, ref_status = _strip(it1[0]), it1[1]
+    it0 = _iteration(s0, P, s0, *args)
+    if it0 is None or it0[1] != ref_status or it0[2]:
+        return None
+    init = _carried_init(it0[0], ref)
+    if init is None:
+        return None
+    outside = set()
+    k = 1
+    while k < count:
+        it = _iteration(s0 + k * P, P, s0, *args)
+        if it is None or _strip(it[0]) != ref or it[1] != ref_status:
+            break
+        for _, ka, kb, *_ in it[0]:
+            for kk in (ka, kb):
+                if kk[0] == "o":
+                    outside.add(kk[1])
+        k += 1
+        if it[2]:  # (read after the loop: may only be the last iteration)
+            break
+    for _, ka, kb, *_ in it0[0]:
+        for kk in (ka, kb):
+            if kk[0] == "o" and kk[1] not in init.values():
+                outside.add(kk[1])
+    if k < MIN_ITERATIONS or len(set(init.values())) != len(init) or \
+            outside & set(init.values()):
+        return None
+    # the first cotangent a carried value gets in an iteration is stored, never added: the
+    # kernel keeps it in a local that the previous iteration's value must not leak into
+    for j in range(P):
+        first = None
+        for jj in range(P - 1, -1, -1):
+            _, ka, kb, _, r, f1, f2 = ref[jj]
+            if not r:
+                continue
+            for kk, f in ((ka, f1), (kb, f2)):
+                if kk == ("c", j) and f and first is None:
+                    first = f
+        if first == 2:
+            return None
+    return _Loop(s0, P, k, ref, ref_status), init
+
+
+def find_loops(op, a, b, dst, n, ynode):
+    """The loops of an encoded plan (see the module docstring), as a list of
+    (:class:`_Loop`, carried initial nodes) in step order; empty when there is none.
+
+    Example:
+        >>> # s = x[0] + x[1]; then 6 times: s = s + x[i]
+        >>> op = np.array([0, 0, 1] + [0, 1] * 6)
+        >>> a = np.array([0, 1, 0] + [v for i in range(6) for v in (2 + i, 2 + 2 * i)])
+        >>> b = np.array([-1, -1, 1] + [v for i in range(6) for v in (-1, 3 + 2 * i)])
+        >>> dst = np.arange(15)
+        >>> [(lp.s0, lp.period, lp.count) for lp, _ in find_loops(op, a, b, dst, 15, 14)]
+        [(1, 2, 7)]
+    """
+    m = len(op)
+    if m < 2 * MIN_ITERATIONS or m > MAX_STEPS:
+        return []
+    producer = np.full(n, -1, np.int64)
+    for s in range(m):
+        if _makes_node(int(op[s])):
+            producer[dst[s]] = s
+    flags = sweep_flags(op, a, b, dst, n, ynode)
+    ids = _keys(op, a, b, dst, producer, *flags[:3])
+    runs = np.stack([_runs(ids, P) for P in range(1, min(MAX_BODY, m // 2) + 1)])
+    Ps = np.arange(1, runs.shape[0] + 1)
+    loops, s = [], 0
+    arrays = (op, a, b, dst, producer)
+    while s < m - MIN_ITERATIONS:
+        counts = (runs[:, s] + Ps) // Ps
+        cover = np.where(counts >= MIN_ITERATIONS, counts * Ps, 0)
+        best = int(cover.max())
+        got = None
+        if best:
+            P = int(Ps[np.argmax(cover == best)])
+            got = _validate(s, P, int(counts[P - 1]), arrays, flags)
+        if got is None:
+            s += 1
+            continue
+        loops.append(got)
+        s = got[0].s0 + got[0].count * got[0].period
+    return loops
+
+
+# --- code generation -------------------------------------------------------------------------
+
+def _operand(kind, field, s, j, local):
+    """Forward source of an operand: a local for internal and carried values."""
+    if kind[0] == "k":
+        return f"C[{s}]"
+    if kind[0] == "i":
+        return f"v{kind[1]}"
+    if kind[0] == "c":
+        return f"p{kind[1]}" if local else f"V[{field}[{s}]]"
+    return f"V[{field}[{s}]]"
+
+
+def _forward_step(o, ka, kb, seen, s, out, fail, loop=False, j=0):
+    """Source lines of one step's forward statement; ``out``: where its value goes (a local
+    name in a loop, then stored to V as well)."""
+    av = _operand(ka, "A", s, j, loop)
+    bv = _operand(kb, "B", s, j, loop)
+    if o == 0:
+        expr = f"X[A[{s}]]"
+    elif o <= 4:
+        expr = f"{av} {_SYM[o]} {bv}"
+    elif o in _CMP_SYM:
+        return [f"if ({av} {_CMP_SYM[o]} {bv}) != {bool(seen)}:", f"    {fail}"]
+    elif o == _TRUTH:
+        return [f"if ({av} != 0.0) != {bool(seen)}:", f"    {fail}"]
+    elif o == _NEG:
+        expr = f"-{av}"
+    elif o == _POW:
+        expr = f"np.power({av}, {bv})"
+    else:
+        fwd = _unary_ops()[o - _UNARY0][1]
+        return [f"ua = {av}", f"{out} = {fwd}"] + ([f"V[D[{s}]] = {out}"] if loop else [])
+    return [f"{out} = {expr}"] + ([f"V[D[{s}]] = {out}"] if loop else [])
+
+
+def _reverse_step(o, ka, kb, fa, fb, s, g, target):
+    """Source lines of one reached step's pullback, the interpreter's statements: ``g`` its
+    cotangent; ``target(kind, field)``: where a contribution to an operand goes."""
+    def acc(kind, field, f, x):
+        t = target(kind, field)
+        return [f"{t} = {x}"] if f == 1 else [f"{t} += {x}"]
+
+    def val(kind, field):
+        return f"C[{s}]" if kind[0] == "k" else f"V[{field}[{s}]]"
+    if o == 0:
+        return [f"G[A[{s}]] += {g}"]
+    av, bv = val(ka, "A"), val(kb, "B")
+    if o <= 4:
+        ga, gb = {1: (g, g), 2: (g, f"-{g}"), 3: (f"{g} * bv", f"{g} * av"),
+                  4: (f"{g} * (1 / bv)", f"{g} * (-V[D[{s}]] / bv)")}[o]
+        out = ([f"av = {av}"] if o == 3 else []) + ([f"bv = {bv}"] if o >= 3 else []) + \
+            [f"ga = {ga}", f"gb = {gb}"]
+        if fa:
+            out += acc(ka, "A", fa, "ga")
+        if fb:
+            out += acc(kb, "B", fb, "gb")
+        return out
+    if o == _NEG:
+        return acc(ka, "A", fa, f"-{g}") if fa else []
+    if o == _POW:
+        da, db = _pow_derivatives(_np_call)
+        out = [f"av = {av}", f"bv = {bv}", f"y = V[D[{s}]]"]
+        if fa:
+            out += acc(ka, "A", fa, f"{g} * ({da})")
+        if fb:
+            out += acc(kb, "B", fb, f"{g} * ({db})")
+        return out
+    der = _unary_ops()[o - _UNARY0][2]
+    return [f"uy = V[D[{s}]]", f"ua = {av}"] + (acc(ka, "A", fa, f"{g} * ({der})") if fa else [])
+
+
+def _straight_key(op, a, b, dst, s, flags):
+    reached, fa, fb, _ = flags
+    o = int(op[s])
+    ka = ("k",) if o != 0 and a[s] < 0 else ("o",)
+    kb = ("k",) if b[s] < 0 else ("o",)
+    seen = int(dst[s]) if o in _CMP_SYM or o == _TRUTH else 0
+    return (o, ka, kb, seen, bool(reached[s]), int(fa[s]), int(fb[s]))
+
+
+def kernel_source(regions):
+    """The source of the kernel for ``regions`` (a list of ("s", step key) and ("l",
+    :class:`_Loop`) in step order; see :func:`loop_plan`). Its signature is the
+    interpreter's (``mp_loop(L, A, B, C, D, X, n, ynode, nx)``), with ``L`` the loop counts
+    in place of the opcodes.
+
+    Example:
+        >>> lp = _Loop(0, 1, 5, ((0, ("x",), ("k",), 0, True, 0, 0),), [False])
+        >>> "for k in range(L[0]):" in kernel_source([("l", lp)])
+        True
+    """
+    fail = "return False, 0.0, np.zeros(nx)"
+    fwd, rev = [], []
+    pos, nloop = 0, 0  # the step index so far: "e{i} + pos" after loop i, else pos
+    base = None
+
+    def at(off):
+        return str(off) if base is None else f"{base} + {off}"
+    for kind, item in regions:
+        if kind == "s":
+            o, ka, kb, seen, r, fa, fb = item
+            s = at(pos)
+            fwd += _indent(_forward_step(o, ka, kb, seen, s, f"V[D[{s}]]", fail), 1)
+            if r:
+                rev.append(_indent([f"g = ADJ[D[{s}]]"] + _reverse_step(
+                    o, ka, kb, fa, fb, s, "g",
+                    lambda kind, field, s=s: f"ADJ[{field}[{s}]]"), 1))
+            pos += 1
+            continue
+        lp = item
+        i = nloop
+        nloop += 1
+        start = at(pos)
+        P = lp.period
+        carried = sorted({k[1] for st in lp.body for k in st[1:3] if k[0] == "c"})
+        f = [f"s0_{i} = {start}", f"e{i} = s0_{i} + L[{i}] * {P}"]
+        for j in range(P):
+            f.append(f"v{j} = 0.0")
+        for j in carried:  # the value each carried one stands for in the first iteration
+            jj, field = next((jj, fld) for jj, st in enumerate(lp.body)
+                             for fld, k in (("A", st[1]), ("B", st[2])) if k == ("c", j))
+            f.append(f"v{j} = V[{field}[s0_{i} + {jj}]]")
+        f.append(f"for k in range(L[{i}]):")
+        body = [f"s = s0_{i} + k * {P}"] + [f"p{j} = v{j}" for j in carried]
+        for j, (o, ka, kb, seen, r, fa, fb) in enumerate(lp.body):
+            body += _forward_step(o, ka, kb, seen, f"s + {j}", f"v{j}", fail, True, j)
+        fwd += _indent(f, 1) + _indent(body, 2)
+        # reverse
+        rv = []
+        for j in range(P):
+            rv.append(f"c{j} = 0.0")
+            rv.append(f"n{j} = 0.0")
+        last = f"s0_{i} + (L[{i}] - 1) * {P}"
+        for j in range(P):
+            if lp.status[j]:
+                rv.append(f"c{j} = ADJ[D[{last} + {j}]]")
+        rv.append(f"for k in range(L[{i}] - 1, -1, -1):")
+        rb = [f"s = s0_{i} + k * {P}"]
+
+        def target(kind, field, s):
+            if kind[0] == "i":
+                return f"c{kind[1]}"
+            if kind[0] == "c":
+                return f"n{kind[1]}"
+            return f"ADJ[{field}[{s}]]"
+        for j in range(P - 1, -1, -1):
+            o, ka, kb, seen, r, fa, fb = lp.body[j]
+            if not r:
+                continue
+            s = f"s + {j}"
+            rb += _reverse_step(o, ka, kb, fa, fb, s, f"c{j}",
+                                lambda kind, field, s=s: target(kind, field, s))
+        rb += [f"c{j} = n{j}" for j in carried]
+        fed = sorted({k[1] for st in lp.body if st[4] for k, f in ((st[1], st[5]),
+                                                                  (st[2], st[6]))
+                      if k[0] == "c" and f})
+        after = []
+        for j in fed:  # the first iteration's carried cotangents: the values before the loop
+            jj, field = next((jj, fld) for jj, st in enumerate(lp.body)
+                             for fld, k in (("A", st[1]), ("B", st[2])) if k == ("c", j))
+            after.append(f"ADJ[{field}[s0_{i} + {jj}]] = n{j}")
+        rev.append(_indent(rv, 1) + _indent(rb, 2) + _indent(after, 1))
+        base, pos = f"e{i}", 0
+    src = ["import numpy as np", "import numba", "", "",
+           _JIT, "def mp_loop(L, A, B, C, D, X, n, ynode, nx):", "    V = np.empty(n)"]
+    src += fwd
+    src += ["    G = np.zeros(nx)", "    ADJ = np.empty(n)", "    ADJ[ynode] = 1.0"]
+    for block in reversed(rev):
+        src += block
+    src += ["    return True, V[ynode], G", ""]
+    return "\n".join(src)
+
+
+def _indent(lines, depth):
+    return ["    " * depth + ln for ln in lines]
+
+
+def loop_plan(arrays):
+    """(regions, loop counts) of an encoded gradient plan (``compiled._encode``'s arrays),
+    or None when it has no loop or too many steps outside its loops.
+
+    Example:
+        >>> op = np.array([0, 0, 1] + [0, 1] * 6)
+        >>> a = np.array([0, 1, 0] + [v for i in range(6) for v in (2 + i, 2 + 2 * i)])
+        >>> b = np.array([-1, -1, 1] + [v for i in range(6) for v in (-1, 3 + 2 * i)])
+        >>> regions, counts = loop_plan((op, a, b, np.zeros(15), np.arange(15), 15, 14))
+        >>> [k for k, _ in regions], counts.tolist()
+        (['s', 'l'], [7])
+    """
+    op, a, b, _, dst, n, ynode = arrays
+    loops = find_loops(op, a, b, dst, n, ynode)
+    if not loops:
+        return None
+    flags = sweep_flags(op, a, b, dst, n, ynode)
+    regions, counts, s = [], [], 0
+    m = len(op)
+    for lp, _ in loops:
+        while s < lp.s0:
+            regions.append(("s", _straight_key(op, a, b, dst, s, flags)))
+            s += 1
+        regions.append(("l", lp))
+        counts.append(lp.count)
+        s = lp.s0 + lp.count * lp.period
+    while s < m:
+        regions.append(("s", _straight_key(op, a, b, dst, s, flags)))
+        s += 1
+    if sum(1 for k, _ in regions if k == "s") > MAX_STRAIGHT:
+        return None
+    return regions, np.array(counts, np.int64)
+
+
+def loop_kernel(regions):
+    """The compiled kernel of :func:`kernel_source` for ``regions`` (loaded from the kernel
+    cache directory when an earlier process compiled it), or None when it cannot be built."""
+    source = kernel_source(regions)
+    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
+    got = _MEMO.get(digest, False)
+    if got is not False:
+        return got
+    with _LOCK:
+        if digest not in _MEMO:
+            try:
+                k = _import(source, "loop_" + digest, kernel_dir(), "mp_loop")
+            except Exception:  # noqa: BLE001  (no numba, an unwritable cache: the interpreter)
+                k = None
+            _MEMO[digest] = k
+    return _MEMO[digest]
+
+
+def reroll(arrays, k, x):
+    """(kernel, its arrays) running the encoded gradient plan ``arrays`` (with loops), or
+    None. ``k``: the interpreter kernel, ``x``: the recorded flat input; the loop kernel is
+    used only if it gives the interpreter's results bit for bit on ``x``."""
+    got = loop_plan(arrays)
+    if got is None:
+        return None
+    regions, counts = got
+    lk = loop_kernel(regions)
+    if lk is None:
+        return None
+    op, a, b, c, dst, n, ynode = arrays
+    new = (counts, a, b, c, dst, n, ynode)
+    try:
+        want = k(op, a, b, c, dst, x, n, ynode, x.shape[0])
+        have = lk(counts, a, b, c, dst, x, n, ynode, x.shape[0])
+    except Exception:  # noqa: BLE001
+        return None
+    if want[0] != have[0] or not _same(want[1], have[1]) or not _same(want[2], have[2]):
+        return None
+    return lk, new, regions
+
+
+def _same(u, v):
+    u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
+    return u.shape == v.shape and u.tobytes() == v.tobytes()
