@@ -7,6 +7,7 @@ import mooncake_py as mp
 
 pytest.importorskip("numba")
 
+from mooncake_py.dual.dual_array import DualArray, Tag
 from mooncake_py.replay import compiled, loops
 from mooncake_py.replay.compiling import compile_report
 
@@ -37,7 +38,31 @@ def _check(f, x, xs, want_loops=True):
         assert g.tobytes() == g0.tobytes()
         np.testing.assert_allclose(g, mp.grad(f)(xn), rtol=1e-12, atol=1e-300)
     assert c._replay.plan is cp  # (replayed, never recorded again)
+    _check_hvp(f, x, xs, want_loops)
     return c
+
+
+def _check_hvp(f, x, xs, want_loops=True):
+    """As :func:`_check`, for the HVP cache against the forward-over-reverse interpreter."""
+    v = np.cos(np.arange(x.size)).reshape(x.shape)
+    c = mp.prepare_hvp_cache(f, x, compile=True)
+    mp.value_and_hvp(c, f, v, x)
+    mp.value_and_hvp(c, f, v, x)
+    cp = c._replay.plan
+    assert type(cp) is compiled.CompiledHVPPlan
+    assert bool(_loops(c)) == want_loops
+    interp = compiled.compile_plan(cp.plan, [DualArray(x, v, Tag(0))], dual=True)
+    for xn in xs:
+        _, _, hv = mp.value_and_hvp(c, f, v, xn)
+        leaves = [DualArray(xn, v, Tag(0))]
+        yd, (gd,) = cp.run(leaves)
+        y0, (g0,) = interp.run(leaves)
+        for u, w in ((yd._value, y0._value), (yd._tangent, y0._tangent),
+                     (gd._value, g0._value), (gd._tangent, g0._tangent)):
+            assert np.asarray(u).tobytes() == np.asarray(w).tobytes()
+        assert np.asarray(hv).tobytes() == np.asarray(g0._tangent).tobytes()
+        np.testing.assert_allclose(hv, mp.hvp(f)(xn, v), rtol=1e-12, atol=1e-300)
+    assert c._replay.plan is cp
 
 
 def _xs(n, k=3, seed=0, shape=None):
@@ -223,5 +248,5 @@ def test_sweep_flags_match_the_interpreter_rule():
     op = np.array([0, 3])
     a = np.array([0, 0])
     b = np.array([-1, 0])
-    reached, fa, fb, _ = loops.sweep_flags(op, a, b, np.array([0, 1]), 2, 1)
+    reached, fa, fb, _, _ = loops.sweep_flags(op, a, b, np.array([0, 1]), 2, 1)
     assert reached.tolist() == [True, True] and fa.tolist() == [0, 1] and fb.tolist() == [0, 2]

@@ -82,7 +82,7 @@ class CompilingReplayer(Replayer):
                                   self.dual)
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None
-            if type(cp) is CompiledPlan:
+            if type(cp) in _COMPILED:
                 _rerolled(cp, leaves)
             recorded = plan
             if cp is None:
@@ -139,7 +139,9 @@ def _rerolled(cp, leaves):
     try:
         x = np.concatenate([np.asarray(leaf._value if type(leaf) is DualArray else leaf,
                                        np.float64).ravel() for leaf in leaves])
-        got = reroll(cp._arrays, cp._k, x)
+        xt = np.concatenate([np.asarray(leaf._tangent, np.float64).ravel()
+                             for leaf in leaves]) if type(cp) is CompiledHVPPlan else None
+        got = reroll(cp._arrays, cp._k, x, xt)
     except Exception:  # noqa: BLE001  (a kernel it cannot build: the interpreter)
         got = None
     if got is not None:
@@ -437,7 +439,9 @@ def _status(plan, modes):
         return f"one compiled kernel with {nl} compiled loop{'s' * (nl != 1)}" if nl else \
             "one compiled kernel"
     if type(plan) is CompiledHVPPlan:
-        return "one compiled forward-over-reverse kernel"
+        nl = sum(1 for kind, _ in getattr(plan, "loops", ()) if kind == "l")
+        return "one compiled forward-over-reverse kernel" + \
+            (f" with {nl} compiled loop{'s' * (nl != 1)}" if nl else "")
     ways = [m for m in (FUSED, SEGMENT, SOURCE, RULE) if m in modes]
     if type(plan) is SourcePlan and plan._how is None:
         return "rule calls until the next replay makes the generated source"

@@ -32,6 +32,7 @@ import threading
 import numpy as np
 
 from ..dual.kernels_cpu import kernel_dir
+from ..rules.derivative_table import BY_UFUNC, TABLE
 from .compiled import (
     _CMP,
     _JIT,
@@ -39,9 +40,12 @@ from .compiled import (
     _POW,
     _TRUTH,
     _UNARY0,
+    _by_exponent,
+    _hvp_binary,
     _import,
     _np_call,
     _pow_derivatives,
+    _ProgramToNumba,
     _unary_ops,
 )
 
@@ -73,49 +77,87 @@ def _reads(o):
     return 2 if o <= 4 or o == _POW else 1
 
 
-def sweep_flags(op, a, b, dst, n, ynode):
+def sweep_flags(op, a, b, dst, n, ynode, dual=False):
     """The interpreter's reverse sweep, on the plan's structure alone: per step whether it is
-    reached (its node has a cotangent) and, per operand that gets a cotangent, whether that
-    contribution is the node's first (stored) or a later one (added); and per node the last
-    step that contributes to it (``len(op)`` for the output's seed, -1 for none).
+    reached (0: not; 1: its node has a cotangent; 2: a dual one, in an HVP plan) and, per
+    operand that gets a cotangent, how (0: none; else 1 + whether the node had one + 2 *
+    whether it had a dual one + 4 * whether this one is dual: stored or added, as the
+    interpreter's ``R`` and ``DT`` flags decide); per node the last step that contributes to
+    it (``len(op)`` for the output's seed, -1 for none), and the last that contributes a
+    dual. ``dual``: the forward-over-reverse kernel's sweep, whose cotangents are duals or
+    plain numbers as the tape's are.
 
     Example:
         >>> op = np.array([0, 0, 3]); a = np.array([0, 1, 0]); b = np.array([-1, -1, 1])
-        >>> reached, fa, fb, last = sweep_flags(op, a, b, np.array([0, 1, 2]), 3, 2)
+        >>> reached, fa, fb, last, _ = sweep_flags(op, a, b, np.array([0, 1, 2]), 3, 2)
         >>> reached.tolist(), fa.tolist(), fb.tolist(), last.tolist()
-        ([True, True, True], [0, 0, 1], [0, 0, 1], [2, 2, 3])
+        ([1, 1, 1], [0, 0, 1], [0, 0, 1], [2, 2, 3])
     """
     m = len(op)
     R = np.zeros(n, np.bool_)
+    DT = np.zeros(n, np.bool_)
     last = np.full(n, -1, np.int64)
+    lastd = np.full(n, -1, np.int64)
     R[ynode] = True
     last[ynode] = m
-    reached = np.zeros(m, np.bool_)
-    fa = np.zeros(m, np.int8)  # 0: no contribution, 1: first (stored), 2: later (added)
-    fb = np.zeros(m, np.int8)
+    reached = np.zeros(m, np.int8)
+    flags = (np.zeros(m, np.int8), np.zeros(m, np.int8))
     opl, al, bl, dl = op.tolist(), a.tolist(), b.tolist(), dst.tolist()
     for s in range(m - 1, -1, -1):
         o = opl[s]
         k = _reads(o)
-        if (o != 0 and k == 0) or not R[dl[s]]:
+        d = dl[s]
+        if (o != 0 and k == 0) or not R[d]:
             continue
-        reached[s] = True
+        pg = bool(DT[d])
+        reached[s] = 1 + pg
         if k == 0:
             continue
-        p = al[s]
-        if p >= 0:
-            fa[s] = 2 if R[p] else 1
+        ps = (al[s], bl[s])[:k]
+        for j, p in enumerate(ps):
+            if p < 0:
+                continue
+            du = dual and _dual_out(o, j, pg, k == 2 and ps[1 - j] >= 0)
+            flags[j][s] = 1 + R[p] + 2 * DT[p] + 4 * du
             R[p] = True
             if last[p] < 0:
                 last[p] = s
-        if k == 2:
-            p = bl[s]
-            if p >= 0:
-                fb[s] = 2 if R[p] else 1
-                R[p] = True
-                if last[p] < 0:
-                    last[p] = s
-    return reached, fa, fb, last
+            if du:
+                DT[p] = True
+                if lastd[p] < 0:
+                    lastd[p] = s
+    return reached, flags[0], flags[1], last, lastd
+
+
+_DUAL_OUT = {}
+
+
+def _dual_out(o, k, pg, po):
+    """Whether the HVP kernel's pullback of opcode ``o`` to operand ``k`` gives a dual (a
+    cotangent with a tangent), for a cotangent that is one (``pg``) and the other operand a
+    node (``po``): whether its ew_pullback program has a tangent output."""
+    key = (o, k, pg, po)
+    got = _DUAL_OUT.get(key)
+    if got is None:
+        if o <= 2 or o == _NEG:
+            got = pg
+        else:
+            e = _entry(o)
+            present = (pg, True) if o >= _UNARY0 else \
+                ((pg, True, po) if k == 0 else (pg, po, True))
+            got = len(_ProgramToNumba().lines(e, "p", k, present)[1]) > 1
+        _DUAL_OUT[key] = got
+    return got
+
+
+def _entry(o):
+    if o == _NEG:
+        return TABLE["negative"]
+    if o == _POW:
+        return BY_UFUNC[np.power]
+    if o <= 4:
+        return _hvp_binary()[o - 1][0]
+    return BY_UFUNC[_unary_ops()[o - _UNARY0][0]]
 
 
 class _Loop:
@@ -132,7 +174,7 @@ class _Loop:
             s0, period, count, body, status
 
 
-def _keys(op, a, b, dst, producer, reached, fa, fb):
+def _keys(op, a, b, dst, producer, reached, fa, fb, *_):
     """A period-free key per step: steps of alike iterations have equal keys (the converse
     is checked by :func:`_iteration`)."""
     ids, table = np.empty(len(op), np.int64), {}
@@ -177,7 +219,7 @@ def _runs(ids, P):
     return run
 
 
-def _iteration(s, P, s0, op, a, b, dst, producer, reached, fa, fb, last):
+def _iteration(s, P, s0, op, a, b, dst, producer, reached, fa, fb, last, lastd):
     """The body description (as :class:`_Loop` holds it) of the iteration at step ``s`` of a
     loop starting at ``s0``, the nodes it reads from before the loop as carried values
     ({body step: node}), and the statuses (with whether a node is read beyond the next
@@ -187,7 +229,7 @@ def _iteration(s, P, s0, op, a, b, dst, producer, reached, fa, fb, last):
         t = s + j
         o = int(op[t])
         if o == 0:
-            body.append((0, ("x",), ("k",), 0, bool(reached[t]), 0, 0))
+            body.append((0, ("x",), ("k",), 0, int(reached[t]), 0, 0))
             continue
         kinds = []
         for field, used in ((a, True), (b, _reads(o) == 2 or o in _CMP_SYM)):
@@ -208,14 +250,14 @@ def _iteration(s, P, s0, op, a, b, dst, producer, reached, fa, fb, last):
             else:
                 return None
         seen = int(dst[t]) if o in _CMP_SYM or o == _TRUTH else 0
-        body.append((o, kinds[0], kinds[1], seen, bool(reached[t]), int(fa[t]), int(fb[t])))
+        body.append((o, kinds[0], kinds[1], seen, int(reached[t]), int(fa[t]), int(fb[t])))
     status, beyond = [], False
     for j in range(P):
         if not _makes_node(int(op[s + j])):
-            status.append(False)
+            status.append((False, False))
             continue
         lc = last[dst[s + j]]
-        status.append(bool(lc >= s + P))
+        status.append((bool(lc >= s + P), bool(lastd[dst[s + j]] >= s + P)))
         beyond |= bool(lc >= s + 2 * P)
     return body, status, beyond
 
@@ -247,8 +289,7 @@ def _validate(s0, P, count, arrays, flags):
     """The :class:`_Loop` of the longest prefix (of at least :data:`MIN_ITERATIONS`
     iterations) of the candidate that the kernel can run as one loop, or None."""
     op, a, b, dst, producer = arrays
-    reached, fa, fb, last = flags
-    args = (op, a, b, dst, producer, reached, fa, fb, last)
+    args = (op, a, b, dst, producer, *flags)
     if count < 2:
         return None
     it1 = _iteration(s0 + P, P, s0, *args)
@@ -292,12 +333,12 @@ def _validate(s0, P, count, arrays, flags):
             for kk, f in ((ka, f1), (kb, f2)):
                 if kk == ("c", j) and f and first is None:
                     first = f
-        if first == 2:
+        if first is not None and (first - 1) & 1:
             return None
     return _Loop(s0, P, k, ref, ref_status), init
 
 
-def find_loops(op, a, b, dst, n, ynode):
+def find_loops(op, a, b, dst, n, ynode, dual=False):
     """The loops of an encoded plan (see the module docstring), as a list of
     (:class:`_Loop`, carried initial nodes) in step order; empty when there is none.
 
@@ -317,8 +358,8 @@ def find_loops(op, a, b, dst, n, ynode):
     for s in range(m):
         if _makes_node(int(op[s])):
             producer[dst[s]] = s
-    flags = sweep_flags(op, a, b, dst, n, ynode)
-    ids = _keys(op, a, b, dst, producer, *flags[:3])
+    flags = sweep_flags(op, a, b, dst, n, ynode, dual)
+    ids = _keys(op, a, b, dst, producer, *flags)
     runs = np.stack([_runs(ids, P) for P in range(1, min(MAX_BODY, m // 2) + 1)])
     Ps = np.arange(1, runs.shape[0] + 1)
     loops, s = [], 0
@@ -340,186 +381,275 @@ def find_loops(op, a, b, dst, n, ynode):
 
 
 # --- code generation -------------------------------------------------------------------------
+# Names of the kernels' locals: a value made in this iteration (``lv``), the previous one's
+# (``lp``); cotangents of this iteration's nodes (``lc``) and those the previous iteration's
+# get (``ln``); their tangents ``lt``, ``lpt``, ``lct``, ``lnt`` (HVP kernels). The table's
+# programs use short names (a, b, ta, tb, y, g, tg, d, r, tr, e0...), none of these.
 
-def _operand(kind, field, s, j, local):
-    """Forward source of an operand: a local for internal and carried values."""
+def _operand(kind, field, s, loop, dual):
+    """(value, tangent) source of an operand: locals for internal and carried values."""
     if kind[0] == "k":
-        return f"C[{s}]"
-    if kind[0] == "i":
-        return f"v{kind[1]}"
-    if kind[0] == "c":
-        return f"p{kind[1]}" if local else f"V[{field}[{s}]]"
-    return f"V[{field}[{s}]]"
+        return f"C[{s}]", "0.0"
+    if kind[0] == "i" or (kind[0] == "c" and loop):
+        pre = "lv" if kind[0] == "i" else "lp"
+        t = "lt" if kind[0] == "i" else "lpt"
+        return f"{pre}{kind[1]}", f"{t}{kind[1]}"
+    return f"V[{field}[{s}]]", f"T[{field}[{s}]]"
 
 
-def _forward_step(o, ka, kb, seen, s, out, fail, loop=False, j=0):
-    """Source lines of one step's forward statement; ``out``: where its value goes (a local
-    name in a loop, then stored to V as well)."""
-    av = _operand(ka, "A", s, j, loop)
-    bv = _operand(kb, "B", s, j, loop)
-    if o == 0:
-        expr = f"X[A[{s}]]"
-    elif o <= 4:
-        expr = f"{av} {_SYM[o]} {bv}"
-    elif o in _CMP_SYM:
+def _forward_step(st, s, out, fail, loop, dual):
+    """Source lines of one step's forward statements; ``out``: the (value, tangent) names its
+    results go to (locals in a loop, then stored to V and T as well)."""
+    o, ka, kb, seen = st[:4]
+    (av, at), (bv, bt) = _operand(ka, "A", s, loop, dual), _operand(kb, "B", s, loop, dual)
+    if o in _CMP_SYM:
         return [f"if ({av} {_CMP_SYM[o]} {bv}) != {bool(seen)}:", f"    {fail}"]
-    elif o == _TRUTH:
+    if o == _TRUTH:
         return [f"if ({av} != 0.0) != {bool(seen)}:", f"    {fail}"]
-    elif o == _NEG:
-        expr = f"-{av}"
-    elif o == _POW:
-        expr = f"np.power({av}, {bv})"
-    else:
-        fwd = _unary_ops()[o - _UNARY0][1]
-        return [f"ua = {av}", f"{out} = {fwd}"] + ([f"V[D[{s}]] = {out}"] if loop else [])
-    return [f"{out} = {expr}"] + ([f"V[D[{s}]] = {out}"] if loop else [])
-
-
-def _reverse_step(o, ka, kb, fa, fb, s, g, target):
-    """Source lines of one reached step's pullback, the interpreter's statements: ``g`` its
-    cotangent; ``target(kind, field)``: where a contribution to an operand goes."""
-    def acc(kind, field, f, x):
-        t = target(kind, field)
-        return [f"{t} = {x}"] if f == 1 else [f"{t} += {x}"]
-
-    def val(kind, field):
-        return f"C[{s}]" if kind[0] == "k" else f"V[{field}[{s}]]"
+    store = [f"V[D[{s}]] = {out[0]}"] + ([f"T[D[{s}]] = {out[1]}"] if dual else []) \
+        if loop else []
+    if not dual:
+        if o == 0:
+            expr = f"X[A[{s}]]"
+        elif o <= 4:
+            expr = f"{av} {_SYM[o]} {bv}"
+        elif o == _NEG:
+            expr = f"-{av}"
+        elif o == _POW:
+            expr = f"np.power({av}, {bv})"
+        else:
+            return [f"ua = {av}", f"{out[0]} = {_unary_ops()[o - _UNARY0][1]}"] + store
+        return [f"{out[0]} = {expr}"] + store
     if o == 0:
-        return [f"G[A[{s}]] += {g}"]
-    av, bv = val(ka, "A"), val(kb, "B")
-    if o <= 4:
-        ga, gb = {1: (g, g), 2: (g, f"-{g}"), 3: (f"{g} * bv", f"{g} * av"),
-                  4: (f"{g} * (1 / bv)", f"{g} * (-V[D[{s}]] / bv)")}[o]
-        out = ([f"av = {av}"] if o == 3 else []) + ([f"bv = {bv}"] if o >= 3 else []) + \
-            [f"ga = {ga}", f"gb = {gb}"]
-        if fa:
-            out += acc(ka, "A", fa, "ga")
-        if fb:
-            out += acc(kb, "B", fb, "gb")
-        return out
+        return [f"{out[0]} = X[A[{s}]]", f"{out[1]} = XT[A[{s}]]"] + store
+    P = _ProgramToNumba()
+    e = _entry(o)
+    src = [f"a = {av}", f"ta = {at}"]
+    if o <= 4 or o == _POW:
+        src += [f"b = {bv}", f"tb = {bt}"]
+        src.append(f"y = a {_SYM[o]} b" if o <= 4 else "y = np.power(a, b)")
+        present = (False, True) if ka[0] == "k" else (True, False) if kb[0] == "k" else \
+            (True, True)
+    else:
+        fwd = "-a" if o == _NEG else _unary_ops()[o - _UNARY0][1].replace("ua", "a")
+        src.append(f"y = {fwd}")
+        present = (True,)
+
+    def frule(const_b, ind):
+        stmts, (ty,) = P.lines(e, "f", 0, present, const_b)
+        return [ind + x for x in stmts] + [f"{ind}{out[1]} = {ty}"]
+    if o == _POW and present == (True, False):
+        src += _by_exponent(frule, "")
+    else:
+        src += frule(None, "")
+    return src + [f"{out[0]} = y"] + store
+
+
+def _acc(t, f, r, tr):
+    """Source adding a cotangent ``r`` (tangent ``tr``) into the target ``t`` (value and
+    tangent names) as the flag ``f`` of :func:`sweep_flags` says the interpreter does."""
+    had, had_d, du = (f - 1) & 1, (f - 1) >> 1 & 1, (f - 1) >> 2 & 1
+    out = [f"{t[0]} += {r}" if had else f"{t[0]} = {r}"]
+    if du:
+        if tr is None:
+            raise ValueError("a dual contribution without a tangent")
+        out.append(f"{t[1]} += {tr}" if had and had_d else f"{t[1]} = {tr}")
+    return out
+
+
+def _reverse_step(st, s, g, target, dual):
+    """Source lines of one reached step's pullback, the interpreter's statements: ``g`` the
+    (value, tangent) names of its cotangent; ``target(kind, field)``: the (value, tangent)
+    names a contribution to an operand goes to."""
+    o, ka, kb, _, r, fa, fb = st
+    pg = r == 2
+    if o == 0:
+        return [f"G[A[{s}]] += {g[0]}"] + ([f"GT[A[{s}]] += {g[1]}"] if pg else [])
+    if not dual:
+        av = f"C[{s}]" if ka[0] == "k" else f"V[A[{s}]]"
+        bv = f"C[{s}]" if kb[0] == "k" else f"V[B[{s}]]"
+        gv = g[0]
+
+        def acc(kind, field, f, x):
+            return _acc(target(kind, field), f, x, None)
+        if o <= 4:
+            ga, gb = {1: (gv, gv), 2: (gv, f"-{gv}"), 3: (f"{gv} * bv", f"{gv} * av"),
+                      4: (f"{gv} * (1 / bv)", f"{gv} * (-V[D[{s}]] / bv)")}[o]
+            out = ([f"av = {av}"] if o == 3 else []) + ([f"bv = {bv}"] if o >= 3 else []) + \
+                [f"ga = {ga}", f"gb = {gb}"]
+            return out + (acc(ka, "A", fa, "ga") if fa else []) + \
+                (acc(kb, "B", fb, "gb") if fb else [])
+        if o == _NEG:
+            return acc(ka, "A", fa, f"-{gv}") if fa else []
+        if o == _POW:
+            da, db = _pow_derivatives(_np_call)
+            out = [f"av = {av}", f"bv = {bv}", f"y = V[D[{s}]]"]
+            return out + (acc(ka, "A", fa, f"{gv} * ({da})") if fa else []) + \
+                (acc(kb, "B", fb, f"{gv} * ({db})") if fb else [])
+        der = _unary_ops()[o - _UNARY0][2]
+        return [f"uy = V[D[{s}]]", f"ua = {av}"] + \
+            (acc(ka, "A", fa, f"{gv} * ({der})") if fa else [])
+    out = [f"g = {g[0]}", f"tg = {g[1]}"]
+    if o <= 2:
+        sign = "" if o == 1 else "-"
+        return out + (_acc(target(ka, "A"), fa, "g", "tg" if pg else None) if fa else []) + \
+            (_acc(target(kb, "B"), fb, f"{sign}g", f"{sign}tg" if pg else None) if fb else [])
     if o == _NEG:
-        return acc(ka, "A", fa, f"-{g}") if fa else []
-    if o == _POW:
-        da, db = _pow_derivatives(_np_call)
-        out = [f"av = {av}", f"bv = {bv}", f"y = V[D[{s}]]"]
-        if fa:
-            out += acc(ka, "A", fa, f"{g} * ({da})")
-        if fb:
-            out += acc(kb, "B", fb, f"{g} * ({db})")
-        return out
-    der = _unary_ops()[o - _UNARY0][2]
-    return [f"uy = V[D[{s}]]", f"ua = {av}"] + (acc(ka, "A", fa, f"{g} * ({der})") if fa else [])
+        return out + (_acc(target(ka, "A"), fa, "-g", "-tg" if pg else None) if fa else [])
+    P = _ProgramToNumba()
+    e = _entry(o)
+
+    def load(kind, field, name):
+        if kind[0] == "k":
+            return [f"{name} = C[{s}]", f"t{name} = 0.0"]
+        return [f"{name} = V[{field}[{s}]]", f"t{name} = T[{field}[{s}]]"]
+    out += [f"y = V[D[{s}]]"] + load(ka, "A", "a")
+    if o >= _UNARY0:
+        stmts, outs = P.lines(e, "p", 0, (pg, True))
+        return out + (stmts + _acc(target(ka, "A"), fa, outs[0], outs[1] if len(outs) > 1
+                                   else None) if fa else [])
+    out += load(kb, "B", "b")
+    for k, kind, field, f, other in ((0, ka, "A", fa, kb), (1, kb, "B", fb, ka)):
+        if not f:
+            continue
+        po = other[0] != "k"
+        present = (pg, True, po) if k == 0 else (pg, po, True)
+
+        def pullback(const_b, ind, present=present, k=k, kind=kind, field=field, f=f):
+            stmts, outs = P.lines(e, "p", k, present, const_b)
+            return [ind + x for x in stmts + _acc(target(kind, field), f, outs[0],
+                                                  outs[1] if len(outs) > 1 else None)]
+        out += _by_exponent(pullback, "") if o == _POW and k == 0 and not po else \
+            pullback(None, "")
+    return out
 
 
 def _straight_key(op, a, b, dst, s, flags):
-    reached, fa, fb, _ = flags
+    reached, fa, fb = flags[:3]
     o = int(op[s])
     ka = ("k",) if o != 0 and a[s] < 0 else ("o",)
     kb = ("k",) if b[s] < 0 else ("o",)
     seen = int(dst[s]) if o in _CMP_SYM or o == _TRUTH else 0
-    return (o, ka, kb, seen, bool(reached[s]), int(fa[s]), int(fb[s]))
+    return (o, ka, kb, seen, int(reached[s]), int(fa[s]), int(fb[s]))
 
 
-def kernel_source(regions):
+def _reader(body, j):
+    """(body step, field) of the first step that reads body step j's value as carried."""
+    return next((jj, fld) for jj, st in enumerate(body)
+                for fld, k in (("A", st[1]), ("B", st[2])) if k == ("c", j))
+
+
+def kernel_source(regions, dual=False):
     """The source of the kernel for ``regions`` (a list of ("s", step key) and ("l",
     :class:`_Loop`) in step order; see :func:`loop_plan`). Its signature is the
-    interpreter's (``mp_loop(L, A, B, C, D, X, n, ynode, nx)``), with ``L`` the loop counts
-    in place of the opcodes.
+    interpreter's (``mp_loop(L, A, B, C, D, X, n, ynode, nx)``; with ``dual``, the HVP
+    interpreter's, ``mp_dloop(L, A, B, C, D, X, XT, n, ynode, nx)``), with ``L`` the loop
+    counts in place of the opcodes.
 
     Example:
-        >>> lp = _Loop(0, 1, 5, ((0, ("x",), ("k",), 0, True, 0, 0),), [False])
-        >>> "for k in range(L[0]):" in kernel_source([("l", lp)])
+        >>> lp = _Loop(0, 1, 5, ((0, ("x",), ("k",), 0, 1, 0, 0),), [(False, False)])
+        >>> "for lk in range(L[0]):" in kernel_source([("l", lp)])
         True
     """
-    fail = "return False, 0.0, np.zeros(nx)"
+    fail = "return False, 0.0, 0.0, np.zeros(nx), np.zeros(nx)" if dual else \
+        "return False, 0.0, np.zeros(nx)"
     fwd, rev = [], []
-    pos, nloop = 0, 0  # the step index so far: "e{i} + pos" after loop i, else pos
-    base = None
+    pos, nloop, base = 0, 0, None
 
     def at(off):
         return str(off) if base is None else f"{base} + {off}"
+
+    def mem(kind, field, s):
+        return f"ADJ[{field}[{s}]]", f"ADT[{field}[{s}]]"
     for kind, item in regions:
         if kind == "s":
-            o, ka, kb, seen, r, fa, fb = item
             s = at(pos)
-            fwd += _indent(_forward_step(o, ka, kb, seen, s, f"V[D[{s}]]", fail), 1)
-            if r:
-                rev.append(_indent([f"g = ADJ[D[{s}]]"] + _reverse_step(
-                    o, ka, kb, fa, fb, s, "g",
-                    lambda kind, field, s=s: f"ADJ[{field}[{s}]]"), 1))
+            fwd += _indent(_forward_step(item, s, (f"V[D[{s}]]", f"T[D[{s}]]"), fail, False,
+                                         dual), 1)
+            if item[4]:
+                rev.append(_indent(_reverse_step(
+                    item, s, (f"ADJ[D[{s}]]", f"ADT[D[{s}]]"),
+                    lambda kind, field, s=s: mem(kind, field, s), dual), 1))
             pos += 1
             continue
-        lp = item
-        i = nloop
+        lp, i = item, nloop
         nloop += 1
-        start = at(pos)
         P = lp.period
         carried = sorted({k[1] for st in lp.body for k in st[1:3] if k[0] == "c"})
-        f = [f"s0_{i} = {start}", f"e{i} = s0_{i} + L[{i}] * {P}"]
+        f = [f"lstart{i} = {at(pos)}", f"lend{i} = lstart{i} + L[{i}] * {P}"]
         for j in range(P):
-            f.append(f"v{j} = 0.0")
+            f += [f"lv{j} = 0.0", f"lt{j} = 0.0"]
         for j in carried:  # the value each carried one stands for in the first iteration
-            jj, field = next((jj, fld) for jj, st in enumerate(lp.body)
-                             for fld, k in (("A", st[1]), ("B", st[2])) if k == ("c", j))
-            f.append(f"v{j} = V[{field}[s0_{i} + {jj}]]")
-        f.append(f"for k in range(L[{i}]):")
-        body = [f"s = s0_{i} + k * {P}"] + [f"p{j} = v{j}" for j in carried]
-        for j, (o, ka, kb, seen, r, fa, fb) in enumerate(lp.body):
-            body += _forward_step(o, ka, kb, seen, f"s + {j}", f"v{j}", fail, True, j)
+            jj, field = _reader(lp.body, j)
+            f += [f"lv{j} = V[{field}[lstart{i} + {jj}]]"] + \
+                ([f"lt{j} = T[{field}[lstart{i} + {jj}]]"] if dual else [])
+        f.append(f"for lk in range(L[{i}]):")
+        body = [f"ls = lstart{i} + lk * {P}"] + [f"lp{j} = lv{j}" for j in carried] + \
+            ([f"lpt{j} = lt{j}" for j in carried] if dual else [])
+        for j, st in enumerate(lp.body):
+            body += _forward_step(st, f"ls + {j}", (f"lv{j}", f"lt{j}"), fail, True, dual)
         fwd += _indent(f, 1) + _indent(body, 2)
-        # reverse
         rv = []
         for j in range(P):
-            rv.append(f"c{j} = 0.0")
-            rv.append(f"n{j} = 0.0")
-        last = f"s0_{i} + (L[{i}] - 1) * {P}"
-        for j in range(P):
-            if lp.status[j]:
-                rv.append(f"c{j} = ADJ[D[{last} + {j}]]")
-        rv.append(f"for k in range(L[{i}] - 1, -1, -1):")
-        rb = [f"s = s0_{i} + k * {P}"]
+            rv += [f"lc{j} = 0.0", f"ln{j} = 0.0", f"lct{j} = 0.0", f"lnt{j} = 0.0"]
+        last = f"lstart{i} + (L[{i}] - 1) * {P}"
+        for j in range(P):  # (cotangents from after the loop, for its last iteration)
+            if lp.status[j][0]:
+                rv.append(f"lc{j} = ADJ[D[{last} + {j}]]")
+            if lp.status[j][1]:
+                rv.append(f"lct{j} = ADT[D[{last} + {j}]]")
+        rv.append(f"for lk in range(L[{i}] - 1, -1, -1):")
+        rb = [f"ls = lstart{i} + lk * {P}"]
 
         def target(kind, field, s):
             if kind[0] == "i":
-                return f"c{kind[1]}"
+                return f"lc{kind[1]}", f"lct{kind[1]}"
             if kind[0] == "c":
-                return f"n{kind[1]}"
-            return f"ADJ[{field}[{s}]]"
+                return f"ln{kind[1]}", f"lnt{kind[1]}"
+            return mem(kind, field, s)
         for j in range(P - 1, -1, -1):
-            o, ka, kb, seen, r, fa, fb = lp.body[j]
-            if not r:
-                continue
-            s = f"s + {j}"
-            rb += _reverse_step(o, ka, kb, fa, fb, s, f"c{j}",
-                                lambda kind, field, s=s: target(kind, field, s))
-        rb += [f"c{j} = n{j}" for j in carried]
-        fed = sorted({k[1] for st in lp.body if st[4] for k, f in ((st[1], st[5]),
-                                                                  (st[2], st[6]))
-                      if k[0] == "c" and f})
+            st = lp.body[j]
+            if st[4]:
+                s = f"ls + {j}"
+                rb += _reverse_step(st, s, (f"lc{j}", f"lct{j}"),
+                                    lambda kind, field, s=s: target(kind, field, s), dual)
+        rb += [f"lc{j} = ln{j}" for j in carried] + \
+            ([f"lct{j} = lnt{j}" for j in carried] if dual else [])
         after = []
-        for j in fed:  # the first iteration's carried cotangents: the values before the loop
-            jj, field = next((jj, fld) for jj, st in enumerate(lp.body)
-                             for fld, k in (("A", st[1]), ("B", st[2])) if k == ("c", j))
-            after.append(f"ADJ[{field}[s0_{i} + {jj}]] = n{j}")
+        for j in carried:  # the first iteration's carried cotangents: the values before it
+            fs = [f for st in lp.body if st[4] for k, f in ((st[1], st[5]), (st[2], st[6]))
+                  if k == ("c", j) and f]
+            if not fs:
+                continue
+            jj, field = _reader(lp.body, j)
+            after.append(f"ADJ[{field}[lstart{i} + {jj}]] = ln{j}")
+            if any((f - 1) >> 2 & 1 for f in fs):
+                after.append(f"ADT[{field}[lstart{i} + {jj}]] = lnt{j}")
         rev.append(_indent(rv, 1) + _indent(rb, 2) + _indent(after, 1))
-        base, pos = f"e{i}", 0
-    src = ["import numpy as np", "import numba", "", "",
-           _JIT, "def mp_loop(L, A, B, C, D, X, n, ynode, nx):", "    V = np.empty(n)"]
-    src += fwd
-    src += ["    G = np.zeros(nx)", "    ADJ = np.empty(n)", "    ADJ[ynode] = 1.0"]
+        base, pos = f"lend{i}", 0
+    if dual:
+        head = ["def mp_dloop(L, A, B, C, D, X, XT, n, ynode, nx):", "    V = np.empty(n)",
+                "    T = np.empty(n)"]
+        mid = ["    G = np.zeros(nx)", "    GT = np.zeros(nx)", "    ADJ = np.empty(n)",
+               "    ADT = np.empty(n)", "    ADJ[ynode] = 1.0"]
+        end = ["    return True, V[ynode], T[ynode], G, GT", ""]
+    else:
+        head = ["def mp_loop(L, A, B, C, D, X, n, ynode, nx):", "    V = np.empty(n)"]
+        mid = ["    G = np.zeros(nx)", "    ADJ = np.empty(n)", "    ADJ[ynode] = 1.0"]
+        end = ["    return True, V[ynode], G", ""]
+    src = ["import numpy as np", "import numba", "", "", _JIT] + head + fwd + mid
     for block in reversed(rev):
         src += block
-    src += ["    return True, V[ynode], G", ""]
-    return "\n".join(src)
+    return "\n".join(src + end)
 
 
 def _indent(lines, depth):
     return ["    " * depth + ln for ln in lines]
 
 
-def loop_plan(arrays):
-    """(regions, loop counts) of an encoded gradient plan (``compiled._encode``'s arrays),
-    or None when it has no loop or too many steps outside its loops.
+def loop_plan(arrays, dual=False):
+    """(regions, loop counts) of an encoded plan (``compiled._encode``'s arrays; ``dual``:
+    an HVP plan's), or None when it has no loop or too many steps outside its loops.
 
     Example:
         >>> op = np.array([0, 0, 1] + [0, 1] * 6)
@@ -530,10 +660,10 @@ def loop_plan(arrays):
         (['s', 'l'], [7])
     """
     op, a, b, _, dst, n, ynode = arrays
-    loops = find_loops(op, a, b, dst, n, ynode)
+    loops = find_loops(op, a, b, dst, n, ynode, dual)
     if not loops:
         return None
-    flags = sweep_flags(op, a, b, dst, n, ynode)
+    flags = sweep_flags(op, a, b, dst, n, ynode, dual)
     regions, counts, s = [], [], 0
     m = len(op)
     for lp, _ in loops:
@@ -551,10 +681,10 @@ def loop_plan(arrays):
     return regions, np.array(counts, np.int64)
 
 
-def loop_kernel(regions):
+def loop_kernel(regions, dual=False):
     """The compiled kernel of :func:`kernel_source` for ``regions`` (loaded from the kernel
     cache directory when an earlier process compiled it), or None when it cannot be built."""
-    source = kernel_source(regions)
+    source = kernel_source(regions, dual)
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
     got = _MEMO.get(digest, False)
     if got is not False:
@@ -562,32 +692,39 @@ def loop_kernel(regions):
     with _LOCK:
         if digest not in _MEMO:
             try:
-                k = _import(source, "loop_" + digest, kernel_dir(), "mp_loop")
+                k = _import(source, ("dloop_" if dual else "loop_") + digest, kernel_dir(),
+                            "mp_dloop" if dual else "mp_loop")
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache: the interpreter)
                 k = None
             _MEMO[digest] = k
     return _MEMO[digest]
 
 
-def reroll(arrays, k, x):
-    """(kernel, its arrays) running the encoded gradient plan ``arrays`` (with loops), or
-    None. ``k``: the interpreter kernel, ``x``: the recorded flat input; the loop kernel is
-    used only if it gives the interpreter's results bit for bit on ``x``."""
-    got = loop_plan(arrays)
+def reroll(arrays, k, x, xt=None):
+    """(kernel, its arrays, its regions) running the encoded plan ``arrays`` (a gradient
+    plan's; with ``xt``, an HVP plan's) with its loops, or None. ``k``: the interpreter
+    kernel, ``x`` (and ``xt``): the recorded flat input (and direction); the loop kernel is
+    used only if it gives the interpreter's results bit for bit on them."""
+    dual = xt is not None
+    try:
+        got = loop_plan(arrays, dual)
+    except ValueError:  # (a program the generator cannot write: the interpreter)
+        return None
     if got is None:
         return None
     regions, counts = got
-    lk = loop_kernel(regions)
+    lk = loop_kernel(regions, dual)
     if lk is None:
         return None
     op, a, b, c, dst, n, ynode = arrays
     new = (counts, a, b, c, dst, n, ynode)
+    xs = (x, xt) if dual else (x,)
     try:
-        want = k(op, a, b, c, dst, x, n, ynode, x.shape[0])
-        have = lk(counts, a, b, c, dst, x, n, ynode, x.shape[0])
+        want = k(op, a, b, c, dst, *xs, n, ynode, x.shape[0])
+        have = lk(counts, a, b, c, dst, *xs, n, ynode, x.shape[0])
     except Exception:  # noqa: BLE001
         return None
-    if want[0] != have[0] or not _same(want[1], have[1]) or not _same(want[2], have[2]):
+    if len(want) != len(have) or any(not _same(u, v) for u, v in zip(want, have)):
         return None
     return lk, new, regions
 
