@@ -16,8 +16,11 @@ unprepared gradient and HVP of ``benchmarks.rk4``'s loss, 50 steps: scalar write
 array), ``prepared_grad_sum`` / ``prepared_hvp_sum`` (prepared gradient and HVP caches of the
 suite's ``sum_1000``, ``np.sum`` of 1000: a plan's fixed cost per call) and
 ``compiled_grad_bsce`` / ``compiled_hvp_bsce`` (compile=True gradient and HVP caches of
-``broadcast_sin_cos_exp`` on 10 x 10: one fused kernel, the rest overhead). Needs valgrind on
-PATH.
+``broadcast_sin_cos_exp`` on 10 x 10: one fused kernel, the rest overhead),
+``compiled_grad_loop_CASE`` / ``compiled_hvp_loop_CASE`` for CASE ``_sum_1000``,
+``_sum_sin_1000`` and ``large_single_block`` (compile=True caches of scalar loops: compiled
+loops), each also with ``_interp`` appended (the same on the interpreter kernel). Needs
+valgrind on PATH.
 """
 import argparse
 import os
@@ -84,6 +87,25 @@ elif case in ("compiled_grad_bsce", "compiled_hvp_bsce"):
     else:
         cache = mp.prepare_hvp_cache(f, x, compile=True)
         call = lambda: mp.value_and_hvp(cache, f, v, x)
+elif case.startswith(("compiled_grad_loop_", "compiled_hvp_loop_")):
+    # compile=True caches of a scalar loop of the suite (_sum_1000, _sum_sin_1000,
+    # large_single_block); the "_interp" variants keep the interpreter kernel (no compiled
+    # loops), for comparison
+    name = case.split("_loop_", 1)[1]
+    if name.endswith("_interp"):
+        import mooncake_py.replay.compiling as compiling
+        compiling.reroll = lambda *a, **k: None
+        name = name[:-len("_interp")]
+    c = CASES[name]
+    f = c.bind(xp)
+    x = c.make_inputs(rng)[0]
+    v = np.ones_like(x)
+    if case.startswith("compiled_grad"):
+        cache = mp.prepare_gradient_cache(f, x, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, x)
+    else:
+        cache = mp.prepare_hvp_cache(f, x, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, x)
 elif case in ("rk4_grad", "rk4_hvp"):
     from benchmarks.rk4 import make_rk4
     f = make_rk4(50)
@@ -106,10 +128,14 @@ for _ in range(n):
 
 CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "hvp_kron_const",
          "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
-         "compiled_hvp_bsce")
+         "compiled_hvp_bsce") + tuple(
+             f"compiled_{q}_loop_{name}{v}" for q in ("grad", "hvp")
+             for name in ("_sum_1000", "_sum_sin_1000", "large_single_block")
+             for v in ("", "_interp"))
 REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
         "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
-        "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100}
+        "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100,
+        **{case: 50 for case in CASES if "_loop_" in case}}
 
 
 def _total(case, n, tmp):

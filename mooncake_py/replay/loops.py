@@ -302,26 +302,29 @@ def _validate(s0, P, count, arrays, flags):
     init = _carried_init(it0[0], ref)
     if init is None:
         return None
-    outside = set()
-    k = 1
+    nodes = {}  # (body step, field) of an "o" operand -> the nodes it reads, per iteration
+    for it, k in ((it0, 0), (it1, 1)):
+        for j, (st, rst) in enumerate(zip(it[0], ref)):
+            for fi in (1, 2):
+                if rst[fi][0] == "o":
+                    nodes.setdefault((j, fi), set()).add(st[fi][1])
+    k = 2
     while k < count:
         it = _iteration(s0 + k * P, P, s0, *args)
         if it is None or _strip(it[0]) != ref or it[1] != ref_status:
             break
-        for _, ka, kb, *_ in it[0]:
-            for kk in (ka, kb):
-                if kk[0] == "o":
-                    outside.add(kk[1])
+        for j, st in enumerate(it[0]):
+            for fi in (1, 2):
+                if st[fi][0] == "o":
+                    nodes[(j, fi)].add(st[fi][1])
         k += 1
         if it[2]:  # (read after the loop: may only be the last iteration)
             break
-    for _, ka, kb, *_ in it0[0]:
-        for kk in (ka, kb):
-            if kk[0] == "o" and kk[1] not in init.values():
-                outside.add(kk[1])
+    outside = set().union(*nodes.values())
     if k < MIN_ITERATIONS or len(set(init.values())) != len(init) or \
             outside & set(init.values()):
         return None
+    ref = _invariants(ref, nodes)
     # the first cotangent a carried value gets in an iteration is stored, never added: the
     # kernel keeps it in a local that the previous iteration's value must not leak into
     for j in range(P):
@@ -336,6 +339,39 @@ def _validate(s0, P, count, arrays, flags):
         if first is not None and (first - 1) & 1:
             return None
     return _Loop(s0, P, k, ref, ref_status), init
+
+
+def _invariants(ref, nodes):
+    """``ref`` with each "o" operand that reads one node in every iteration, and whose
+    cotangents the loop only adds to one it had before (the interpreter's flags), as ("u",
+    index): the kernel holds that node's value and cotangent in locals through the loop (a
+    sum of a cotangent over the iterations, added up in the sweep's order). Another "o"
+    operand that reads such a node (in some iteration) keeps them all in memory."""
+    single = {key: next(iter(v)) for key, v in nodes.items() if len(v) == 1}
+    shared = set().union(*(v for key, v in nodes.items() if key not in single))
+    first = {}  # node -> flag of the first contribution an iteration makes to it
+    for j in range(len(ref) - 1, -1, -1):
+        st = ref[j]
+        for fi in (1, 2):
+            p = single.get((j, fi))
+            if p is not None and st[4] and st[fi + 4] and p not in first:
+                first[p] = st[fi + 4]
+    index = {}
+    for key in sorted(single):
+        p = single[key]
+        if p not in shared and (p not in first or (first[p] - 1) & 1):
+            index.setdefault(p, len(index))
+    if not index:
+        return ref
+    out = []
+    for j, st in enumerate(ref):
+        st = list(st)
+        for fi in (1, 2):
+            p = single.get((j, fi))
+            if p in index:
+                st[fi] = ("u", index[p])
+        out.append(tuple(st))
+    return tuple(out)
 
 
 def find_loops(op, a, b, dst, n, ynode, dual=False):
@@ -390,6 +426,8 @@ def _operand(kind, field, s, loop, dual):
     """(value, tangent) source of an operand: locals for internal and carried values."""
     if kind[0] == "k":
         return f"C[{s}]", "0.0"
+    if kind[0] == "u":
+        return f"lu{kind[1]}", f"lut{kind[1]}"
     if kind[0] == "i" or (kind[0] == "c" and loop):
         pre = "lv" if kind[0] == "i" else "lp"
         t = "lt" if kind[0] == "i" else "lpt"
@@ -524,6 +562,31 @@ def _reverse_step(st, s, g, target, dual):
     return out
 
 
+def _invariant_io(body, uses, i):
+    """Source lines that load the invariant operands' cotangents into their locals before a
+    loop's sweep (each had one: see :func:`_invariants`) and store them back after it."""
+    first, dual = {}, {}
+    for j in range(len(body) - 1, -1, -1):
+        st = body[j]
+        for k, f in ((st[1], st[5]), (st[2], st[6])):
+            if k[0] == "u" and st[4] and f:
+                first.setdefault(k[1], f)
+                dual[k[1]] = dual.get(k[1], False) or bool((f - 1) >> 2 & 1)
+    entry, leave = [], []
+    for u, (jj, field, _) in uses.items():
+        entry += [f"lg{u} = 0.0", f"lgt{u} = 0.0"]
+        if u not in first:
+            continue
+        where = f"{field}[lstart{i} + {jj}]"
+        entry.append(f"lg{u} = ADJ[{where}]")
+        leave.append(f"ADJ[{where}] = lg{u}")
+        if (first[u] - 1) >> 1 & 1:
+            entry.append(f"lgt{u} = ADT[{where}]")
+        if (first[u] - 1) >> 1 & 1 or dual[u]:
+            leave.append(f"ADT[{where}] = lgt{u}")
+    return entry, leave
+
+
 def _straight_key(op, a, b, dst, s, flags):
     reached, fa, fb = flags[:3]
     o = int(op[s])
@@ -583,6 +646,15 @@ def kernel_source(regions, dual=False):
             jj, field = _reader(lp.body, j)
             f += [f"lv{j} = V[{field}[lstart{i} + {jj}]]"] + \
                 ([f"lt{j} = T[{field}[lstart{i} + {jj}]]"] if dual else [])
+        uses = {}  # invariant index -> (first body step reading it, field), its flags
+        for j, st in enumerate(lp.body):
+            for k, fl, field in ((st[1], st[5] if st[4] else 0, "A"),
+                                 (st[2], st[6] if st[4] else 0, "B")):
+                if k[0] == "u":
+                    uses.setdefault(k[1], [j, field, []])[2].append(fl)
+        for u, (jj, field, _) in uses.items():
+            f += [f"lu{u} = V[{field}[lstart{i} + {jj}]]"] + \
+                ([f"lut{u} = T[{field}[lstart{i} + {jj}]]"] if dual else [])
         f.append(f"for lk in range(L[{i}]):")
         body = [f"ls = lstart{i} + lk * {P}"] + [f"lp{j} = lv{j}" for j in carried] + \
             ([f"lpt{j} = lt{j}" for j in carried] if dual else [])
@@ -598,10 +670,14 @@ def kernel_source(regions, dual=False):
                 rv.append(f"lc{j} = ADJ[D[{last} + {j}]]")
             if lp.status[j][1]:
                 rv.append(f"lct{j} = ADT[D[{last} + {j}]]")
+        entry, leave = _invariant_io(lp.body, uses, i)
+        rv += entry
         rv.append(f"for lk in range(L[{i}] - 1, -1, -1):")
         rb = [f"ls = lstart{i} + lk * {P}"]
 
         def target(kind, field, s):
+            if kind[0] == "u":
+                return f"lg{kind[1]}", f"lgt{kind[1]}"
             if kind[0] == "i":
                 return f"lc{kind[1]}", f"lct{kind[1]}"
             if kind[0] == "c":
@@ -625,7 +701,7 @@ def kernel_source(regions, dual=False):
             after.append(f"ADJ[{field}[lstart{i} + {jj}]] = ln{j}")
             if any((f - 1) >> 2 & 1 for f in fs):
                 after.append(f"ADT[{field}[lstart{i} + {jj}]] = lnt{j}")
-        rev.append(_indent(rv, 1) + _indent(rb, 2) + _indent(after, 1))
+        rev.append(_indent(rv, 1) + _indent(rb, 2) + _indent(after + leave, 1))
         base, pos = f"lend{i}", 0
     if dual:
         head = ["def mp_dloop(L, A, B, C, D, X, XT, n, ynode, nx):", "    V = np.empty(n)",
