@@ -94,14 +94,12 @@ def sweep_flags(op, a, b, dst, n, ynode, dual=False):
         ([1, 1, 1], [0, 0, 1], [0, 0, 1], [2, 2, 3])
     """
     m = len(op)
-    R = np.zeros(n, np.bool_)
-    DT = np.zeros(n, np.bool_)
-    last = np.full(n, -1, np.int64)
-    lastd = np.full(n, -1, np.int64)
+    R, DT = [False] * n, [False] * n
+    last, lastd = [-1] * n, [-1] * n
     R[ynode] = True
     last[ynode] = m
-    reached = np.zeros(m, np.int8)
-    flags = (np.zeros(m, np.int8), np.zeros(m, np.int8))
+    reached = [0] * m
+    flags = ([0] * m, [0] * m)
     opl, al, bl, dl = op.tolist(), a.tolist(), b.tolist(), dst.tolist()
     for s in range(m - 1, -1, -1):
         o = opl[s]
@@ -109,7 +107,7 @@ def sweep_flags(op, a, b, dst, n, ynode, dual=False):
         d = dl[s]
         if (o != 0 and k == 0) or not R[d]:
             continue
-        pg = bool(DT[d])
+        pg = DT[d]
         reached[s] = 1 + pg
         if k == 0:
             continue
@@ -126,7 +124,8 @@ def sweep_flags(op, a, b, dst, n, ynode, dual=False):
                 DT[p] = True
                 if lastd[p] < 0:
                     lastd[p] = s
-    return reached, flags[0], flags[1], last, lastd
+    return (np.array(reached, np.int8), np.array(flags[0], np.int8),
+            np.array(flags[1], np.int8), np.array(last, np.int64), np.array(lastd, np.int64))
 
 
 _DUAL_OUT = {}
@@ -179,8 +178,8 @@ def _keys(op, a, b, dst, producer, reached, fa, fb, *_):
     is checked by :func:`_iteration`)."""
     ids, table = np.empty(len(op), np.int64), {}
     far = 2 * MAX_BODY
-    opl, al, bl, dl = op.tolist(), a.tolist(), b.tolist(), dst.tolist()
-    readers = np.zeros(len(producer), np.int64)
+    opl, al, bl, dl = op, a, b, dst
+    readers = [0] * len(producer)
     for s, o in enumerate(opl):
         if o != 0:
             for p in (al[s], bl[s]):
@@ -387,19 +386,24 @@ def find_loops(op, a, b, dst, n, ynode, dual=False):
         >>> [(lp.s0, lp.period, lp.count) for lp, _ in find_loops(op, a, b, dst, 15, 14)]
         [(1, 2, 7)]
     """
+    return _find(op, a, b, dst, n, ynode, dual)[0]
+
+
+def _find(op, a, b, dst, n, ynode, dual):
+    """(:func:`find_loops`'s loops, the :func:`sweep_flags` of the plan)."""
     m = len(op)
     if m < 2 * MIN_ITERATIONS or m > MAX_STEPS:
-        return []
+        return [], None
     producer = np.full(n, -1, np.int64)
-    for s in range(m):
-        if _makes_node(int(op[s])):
-            producer[dst[s]] = s
+    made = np.array([_makes_node(o) for o in range(_UNARY0 + 64)])[np.minimum(op, _UNARY0 + 63)]
+    producer[dst[made]] = np.nonzero(made)[0]
     flags = sweep_flags(op, a, b, dst, n, ynode, dual)
-    ids = _keys(op, a, b, dst, producer, *flags)
+    lists = [v.tolist() for v in (op, a, b, dst, producer, *flags)]
+    ids = _keys(*lists[:8])
     runs = np.stack([_runs(ids, P) for P in range(1, min(MAX_BODY, m // 2) + 1)])
     Ps = np.arange(1, runs.shape[0] + 1)
     loops, s = [], 0
-    arrays = (op, a, b, dst, producer)
+    arrays, lflags = lists[:5], lists[5:]
     while s < m - MIN_ITERATIONS:
         counts = (runs[:, s] + Ps) // Ps
         cover = np.where(counts >= MIN_ITERATIONS, counts * Ps, 0)
@@ -407,13 +411,13 @@ def find_loops(op, a, b, dst, n, ynode, dual=False):
         got = None
         if best:
             P = int(Ps[np.argmax(cover == best)])
-            got = _validate(s, P, int(counts[P - 1]), arrays, flags)
+            got = _validate(s, P, int(counts[P - 1]), arrays, lflags)
         if got is None:
             s += 1
             continue
         loops.append(got)
         s = got[0].s0 + got[0].count * got[0].period
-    return loops
+    return loops, flags
 
 
 # --- code generation -------------------------------------------------------------------------
@@ -736,10 +740,9 @@ def loop_plan(arrays, dual=False):
         (['s', 'l'], [7])
     """
     op, a, b, _, dst, n, ynode = arrays
-    loops = find_loops(op, a, b, dst, n, ynode, dual)
+    loops, flags = _find(op, a, b, dst, n, ynode, dual)
     if not loops:
         return None
-    flags = sweep_flags(op, a, b, dst, n, ynode, dual)
     regions, counts, s = [], [], 0
     m = len(op)
     for lp, _ in loops:
