@@ -83,7 +83,7 @@ class CompilingReplayer(Replayer):
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None
             if type(cp) in _COMPILED:
-                _rerolled(cp, leaves)
+                cp = _rerolled(cp, leaves)
             recorded = plan
             if cp is None:
                 plan = _fused(plan, leaves, self.dual) or plan
@@ -133,9 +133,9 @@ class CompilingReplayer(Replayer):
 
 
 def _rerolled(cp, leaves):
-    """Give ``cp`` the loop kernel of its plan (replay/loops.py) when it has loops: the same
-    arrays but the loop counts for the opcodes, and ``cp.loops`` the regions (for
-    :func:`compile_report`). Left on the interpreter kernel otherwise."""
+    """``cp`` made again on the loop kernel of its plan (replay/loops.py) when it has loops:
+    the same arrays but the loop counts for the opcodes, and ``loops`` the regions (for
+    :func:`compile_report`); ``cp`` itself otherwise."""
     try:
         x = np.concatenate([np.asarray(leaf._value if type(leaf) is DualArray else leaf,
                                        np.float64).ravel() for leaf in leaves])
@@ -144,8 +144,12 @@ def _rerolled(cp, leaves):
         got = reroll(cp._arrays, cp._k, x, xt)
     except Exception:  # noqa: BLE001  (a kernel it cannot build: the interpreter)
         got = None
-    if got is not None:
-        cp._k, cp._arrays, cp.loops = got
+    if got is None:
+        return cp
+    k, arrays, regions = got
+    new = type(cp)(cp.plan, arrays, cp._shapes, cp._fns, k)
+    new.loops = regions
+    return new
 
 
 def _source_wrapped(plan, owner):
