@@ -284,9 +284,11 @@ def _carried_init(first, ref):
     return init
 
 
-def _validate(s0, P, count, arrays, flags):
+def _validate(s0, P, count, arrays, flags, np_arrays, np_flags):
     """The :class:`_Loop` of the longest prefix (of at least :data:`MIN_ITERATIONS`
-    iterations) of the candidate that the kernel can run as one loop, or None."""
+    iterations) of the candidate that the kernel can run as one loop, or None. ``arrays``,
+    ``flags``: the plan's arrays and sweep flags as lists; ``np_arrays``, ``np_flags``: the
+    same as arrays."""
     op, a, b, dst, producer = arrays
     args = (op, a, b, dst, producer, *flags)
     if count < 2:
@@ -302,23 +304,13 @@ def _validate(s0, P, count, arrays, flags):
     if init is None:
         return None
     nodes = {}  # (body step, field) of an "o" operand -> the nodes it reads, per iteration
-    for it, k in ((it0, 0), (it1, 1)):
-        for j, (st, rst) in enumerate(zip(it[0], ref)):
-            for fi in (1, 2):
-                if rst[fi][0] == "o":
-                    nodes.setdefault((j, fi), set()).add(st[fi][1])
-    k = 2
-    while k < count:
-        it = _iteration(s0 + k * P, P, s0, *args)
-        if it is None or _strip(it[0]) != ref or it[1] != ref_status:
-            break
-        for j, st in enumerate(it[0]):
-            for fi in (1, 2):
-                if st[fi][0] == "o":
-                    nodes[(j, fi)].add(st[fi][1])
-        k += 1
-        if it[2]:  # (read after the loop: may only be the last iteration)
-            break
+    for j, (st, rst) in enumerate(zip(it0[0], ref)):
+        for fi in (1, 2):
+            if rst[fi][0] == "o":
+                nodes.setdefault((j, fi), set()).add(st[fi][1])
+    k, onodes = _alike(s0, P, count, np_arrays, np_flags)
+    for (j, fi), col in onodes.items():
+        nodes.setdefault((j, fi), set()).update(col.tolist())
     outside = set().union(*nodes.values())
     if k < MIN_ITERATIONS or len(set(init.values())) != len(init) or \
             outside & set(init.values()):
@@ -338,6 +330,47 @@ def _validate(s0, P, count, arrays, flags):
         if first is not None and (first - 1) & 1:
             return None
     return _Loop(s0, P, k, ref, ref_status), init
+
+
+def _alike(s0, P, count, arrays, flags):
+    """(k, {(body step, field): its nodes per iteration}): iterations 1 to k - 1 of the
+    candidate are alike (all that :func:`_iteration` tells, for iterations after the first,
+    compared at once), and the "o" operands' nodes in them (from iteration 1 on)."""
+    op, a, b, dst, producer = arrays
+    reached, fa, fb, last, lastd = flags
+    e = s0 + count * P
+    sl = slice(s0, e)
+    O = op[sl].reshape(count, P)
+    rows = (s0 + P * np.arange(count))[:, None]
+    cmp_ = np.isin(O, list(_CMP_SYM)) | (O == _TRUTH)
+    two = (O <= 4) | (O == _POW) | np.isin(O, list(_CMP_SYM))
+    makes = (O <= 4) | (O == _NEG) | (O == _POW) | (O >= _UNARY0)
+    feats = [O, np.where(cmp_, dst[sl].reshape(count, P), 0), reached[sl].reshape(count, P),
+             fa[sl].reshape(count, P), fb[sl].reshape(count, P)]
+    onodes, invalid = {}, np.zeros(count, np.bool_)
+    for fi, field, used in ((1, a, O != 0), (2, b, two & (O != 0))):
+        p = field[sl].reshape(count, P)
+        node = used & (p >= 0)
+        q = np.where(node, producer[np.where(node, p, 0)], 0) - rows
+        inner = node & (q >= 0)
+        carried = node & (q < 0) & (q >= -P) & (q + rows >= s0)
+        out = node & (q + rows < s0)
+        kind = np.where(inner, 1, np.where(carried, 2, np.where(out, 3, np.where(node, 4, 0))))
+        invalid |= (kind == 4).any(axis=1)
+        feats += [kind, np.where(inner, q, np.where(carried, q + P, 0))]
+        for jj in range(P):
+            if kind[1, jj] == 3:
+                onodes[(jj, fi)] = p[:, jj]
+    d = np.where(makes, dst[sl].reshape(count, P), 0)
+    lc = np.where(makes, last[d], -1)
+    feats += [lc >= rows + P, np.where(makes, lastd[d], -1) >= rows + P]
+    F = np.stack(feats, axis=2).reshape(count, -1)
+    bad = np.nonzero((F[2:] != F[1]).any(axis=1) | invalid[2:])[0]
+    k = count if not len(bad) else int(bad[0]) + 2
+    beyond = np.nonzero((lc >= rows + 2 * P).any(axis=1)[1:k])[0]
+    if len(beyond):
+        k = int(beyond[0]) + 2  # (read after the loop: may only be the last iteration)
+    return k, {key: col[1:k] for key, col in onodes.items()}
 
 
 def _invariants(ref, nodes):
@@ -404,6 +437,7 @@ def _find(op, a, b, dst, n, ynode, dual):
     Ps = np.arange(1, runs.shape[0] + 1)
     loops, s = [], 0
     arrays, lflags = lists[:5], lists[5:]
+    np_arrays = (op, a, b, dst, producer)
     while s < m - MIN_ITERATIONS:
         counts = (runs[:, s] + Ps) // Ps
         cover = np.where(counts >= MIN_ITERATIONS, counts * Ps, 0)
@@ -411,7 +445,7 @@ def _find(op, a, b, dst, n, ynode, dual):
         got = None
         if best:
             P = int(Ps[np.argmax(cover == best)])
-            got = _validate(s, P, int(counts[P - 1]), arrays, lflags)
+            got = _validate(s, P, int(counts[P - 1]), arrays, lflags, np_arrays, flags)
         if got is None:
             s += 1
             continue
