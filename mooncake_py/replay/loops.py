@@ -56,8 +56,9 @@ MAX_BODY = 48
 # Plans with more steps outside loops than this are left to the interpreter: straight-line
 # source costs compile time that grows faster than linearly with its length.
 MAX_STRAIGHT = 160
-# Plans longer than this are not searched for loops (the search holds MAX_BODY run arrays).
-MAX_STEPS = 400_000
+# Plans longer than this are not searched for loops (the search holds MAX_BODY run arrays
+# of int32, 19 MB at this length).
+MAX_STEPS = 100_000
 
 _SYM = {1: "+", 2: "-", 3: "*", 4: "/"}
 _CMP_SYM = {code: sym for sym, code in _CMP.values()}
@@ -205,7 +206,7 @@ def _keys(op, a, b, dst, producer, reached, fa, fb, *_):
 def _runs(ids, P):
     """run[s]: how many consecutive steps from s equal the step P later."""
     m = len(ids)
-    run = np.zeros(m + 1, np.int64)
+    run = np.zeros(m + 1, np.int32)
     if P >= m:
         return run
     L = m - P
