@@ -250,3 +250,25 @@ def test_sweep_flags_match_the_interpreter_rule():
     b = np.array([-1, 0])
     reached, fa, fb, _, _ = loops.sweep_flags(op, a, b, np.array([0, 1]), 2, 1)
     assert reached.tolist() == [True, True] and fa.tolist() == [0, 1] and fb.tolist() == [0, 2]
+
+
+def test_two_arguments():
+    def f(x, y):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + x[i] * y[i]
+        return s
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal(30), rng.standard_normal(30)
+    c = mp.prepare_gradient_cache(f, x, y, compile=True)
+    ch = mp.prepare_hvp_cache(f, x, y, compile=True)
+    for _ in range(2):
+        mp.value_and_gradient(c, f, x, y)
+        mp.value_and_hvp(ch, f, (x, y), x, y)
+    assert _loops(c) and _loops(ch)
+    x2, y2 = x + 1, y - 1
+    _, (gx, gy) = mp.value_and_gradient(c, f, x2, y2)
+    assert (gx == y2).all() and (gy == x2).all()
+    _, _, (hx, hy) = mp.value_and_hvp(ch, f, (x, y), x2, y2)
+    np.testing.assert_allclose(hx, y, rtol=1e-15)
+    np.testing.assert_allclose(hy, x, rtol=1e-15)
