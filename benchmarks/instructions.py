@@ -19,9 +19,11 @@ array), ``prepared_grad_sum`` / ``prepared_hvp_sum`` (prepared gradient and HVP 
 suite's ``sum_1000``, ``np.sum`` of 1000: a plan's fixed cost per call) and
 ``compiled_grad_bsce`` / ``compiled_hvp_bsce`` (compile=True gradient and HVP caches of
 ``broadcast_sin_cos_exp`` on 10 x 10: one fused kernel, the rest overhead),
-``compiled_grad_sumsin`` / ``compiled_hvp_sumsin`` (the same of ``sum_sin_1000``) and
-``compiled_grad__sum`` (compile=True gradient of ``_sum_1000``: one scalar-loop kernel).
-Needs valgrind on PATH.
+``compiled_grad_sumsin`` / ``compiled_hvp_sumsin`` (the same of ``sum_sin_1000``),
+``compiled_grad_loop_CASE`` / ``compiled_hvp_loop_CASE`` for CASE ``_sum_1000``,
+``_sum_sin_1000`` and ``large_single_block`` (compile=True caches of scalar loops: compiled
+loops), each also with ``_interp`` appended (the same on the interpreter kernel). Needs
+valgrind on PATH.
 """
 import argparse
 import os
@@ -101,10 +103,10 @@ elif case in ("compiled_grad_bsce", "compiled_hvp_bsce"):
     else:
         cache = mp.prepare_hvp_cache(f, x, compile=True)
         call = lambda: mp.value_and_hvp(cache, f, v, x)
-elif case in ("compiled_grad_sumsin", "compiled_hvp_sumsin", "compiled_grad__sum"):
+elif case in ("compiled_grad_sumsin", "compiled_hvp_sumsin"):
     import warnings
     warnings.simplefilter("ignore")
-    f = CASES["_sum_1000" if case == "compiled_grad__sum" else "sum_sin_1000"].bind(xp)
+    f = CASES["sum_sin_1000"].bind(xp)
     x, v = rng.standard_normal(1000), rng.standard_normal(1000)
     if case == "compiled_hvp_sumsin":
         cache = mp.prepare_hvp_cache(f, x, compile=True)
@@ -112,6 +114,25 @@ elif case in ("compiled_grad_sumsin", "compiled_hvp_sumsin", "compiled_grad__sum
     else:
         cache = mp.prepare_gradient_cache(f, x, compile=True)
         call = lambda: mp.value_and_gradient(cache, f, x)
+elif case.startswith(("compiled_grad_loop_", "compiled_hvp_loop_")):
+    # compile=True caches of a scalar loop of the suite (_sum_1000, _sum_sin_1000,
+    # large_single_block); the "_interp" variants keep the interpreter kernel (no compiled
+    # loops), for comparison
+    name = case.split("_loop_", 1)[1]
+    if name.endswith("_interp"):
+        import mooncake_py.replay.compiling as compiling
+        compiling.reroll = lambda *a, **k: None
+        name = name[:-len("_interp")]
+    c = CASES[name]
+    f = c.bind(xp)
+    x = c.make_inputs(rng)[0]
+    v = np.ones_like(x)
+    if case.startswith("compiled_grad"):
+        cache = mp.prepare_gradient_cache(f, x, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, x)
+    else:
+        cache = mp.prepare_hvp_cache(f, x, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, x)
 elif case in ("rk4_grad", "rk4_hvp"):
     from benchmarks.rk4 import make_rk4
     f = make_rk4(50)
@@ -135,12 +156,16 @@ for _ in range(n):
 CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "gp_lml_prepared_grad",
          "simple_mlp_prepared_hvp", "hvp_kron_const",
          "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
-         "compiled_hvp_bsce", "compiled_grad_sumsin", "compiled_hvp_sumsin", "compiled_grad__sum")
+         "compiled_hvp_bsce", "compiled_grad_sumsin", "compiled_hvp_sumsin") + tuple(
+             f"compiled_{q}_loop_{name}{v}" for q in ("grad", "hvp")
+             for name in ("_sum_1000", "_sum_sin_1000", "large_single_block")
+             for v in ("", "_interp"))
 REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
         "gp_lml_prepared_grad": 10, "simple_mlp_prepared_hvp": 5,
         "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
         "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100,
-        "compiled_grad_sumsin": 100, "compiled_hvp_sumsin": 100, "compiled_grad__sum": 100}
+        "compiled_grad_sumsin": 100, "compiled_hvp_sumsin": 100,
+        **{case: 50 for case in CASES if "_loop_" in case}}
 
 
 def _total(case, n, tmp):
@@ -167,16 +192,16 @@ def count(case, n=None):
     n = n or REPS[case]
     # one call outside valgrind first: a kernel compiled by numba (compile=True cases) is then
     # on disk for both counted runs, which would otherwise differ by its compilation
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
     subprocess.run([sys.executable, "-c", _CHILD, case, "1"], check=True, capture_output=True,
-                   env=dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep +
-                            os.environ.get("PYTHONPATH", "")))
+                   env=env)
+    if case.startswith("compiled_"):
+        # and one under valgrind: numba keys its disk cache by the CPU it sees, which under
+        # valgrind is another, so a kernel new to the cache would otherwise be compiled in the
+        # first counted run (2N) and loaded in the second, a difference of billions
+        subprocess.run(["valgrind", "--tool=none", sys.executable, "-c", _CHILD, case, "1"],
+                       check=True, capture_output=True, env=env)
     with tempfile.TemporaryDirectory() as tmp:
-        if case.startswith("compiled_"):
-            # numba keys its on-disk cache by the CPU it sees, and valgrind's is not the
-            # machine's: the first run under valgrind compiles every kernel again (billions
-            # of instructions) and the second loads them. One discarded run under valgrind
-            # first, so that both counted runs load them.
-            _total(case, 1, tmp)
         return (_total(case, 2 * n, tmp) - _total(case, n, tmp)) / n
 
 

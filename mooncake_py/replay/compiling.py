@@ -26,6 +26,7 @@ from .compiled import (
 )
 from .fused import FusedPlan, fuse_plan
 from .lean import attach
+from .loops import reroll
 from .plans import Plan, Replayer, _split_leaves
 from .source import _NOTHING, MIN_RUN, SourcePlan, _wrapped
 
@@ -81,6 +82,8 @@ class CompilingReplayer(Replayer):
                                   self.dual)
             except Exception:  # noqa: BLE001  (no numba, an unwritable cache...: Python replay)
                 cp = None
+            if type(cp) in _COMPILED:
+                cp = _rerolled(cp, leaves)
             recorded = plan
             if cp is None:
                 plan = _fused(plan, leaves, self.dual) or plan
@@ -127,6 +130,26 @@ class CompilingReplayer(Replayer):
     def report(self):
         """A :class:`CompileReport` of the current plan: see :func:`compile_report`."""
         return compile_report(self)
+
+
+def _rerolled(cp, leaves):
+    """``cp`` made again on the loop kernel of its plan (replay/loops.py) when it has loops:
+    the same arrays but the loop counts for the opcodes, and ``loops`` the regions (for
+    :func:`compile_report`); ``cp`` itself otherwise."""
+    try:
+        x = np.concatenate([np.asarray(leaf._value if type(leaf) is DualArray else leaf,
+                                       np.float64).ravel() for leaf in leaves])
+        xt = np.concatenate([np.asarray(leaf._tangent, np.float64).ravel()
+                             for leaf in leaves]) if type(cp) is CompiledHVPPlan else None
+        got = reroll(cp._arrays, cp._k, x, xt)
+    except Exception:  # noqa: BLE001  (a kernel it cannot build: the interpreter)
+        got = None
+    if got is None:
+        return cp
+    k, arrays, regions = got
+    new = type(cp)(cp.plan, arrays, cp._shapes, cp._fns, k)
+    new.loops = regions
+    return new
 
 
 def _source_wrapped(plan, owner):
@@ -229,9 +252,10 @@ def _stand_in(leaf):
     return np.broadcast_to(np.zeros((), np.asarray(v).dtype), np.shape(v))
 
 
-KERNEL, SEGMENT, SOURCE, RULE, FUSED = ("compiled kernel", "compiled segment",
-                                        "generated source", "rule call", "fused kernel")
-_COMPILED_HOW = (KERNEL, SEGMENT, FUSED)
+KERNEL, SEGMENT, SOURCE, RULE, FUSED, LOOP = ("compiled kernel", "compiled segment",
+                                              "generated source", "rule call", "fused kernel",
+                                              "compiled loop")
+_COMPILED_HOW = (KERNEL, SEGMENT, FUSED, LOOP)
 
 
 class ReportRun(NamedTuple):
@@ -332,7 +356,11 @@ def _modes(plan, base):
     n = len(base.steps)
     t = type(plan)
     if t in _COMPILED:
-        return [KERNEL] * n
+        modes = [KERNEL] * n
+        for kind, lp in getattr(plan, "loops", ()):
+            if kind == "l":
+                modes[lp.s0:lp.s0 + lp.count * lp.period] = [LOOP] * (lp.count * lp.period)
+        return modes
     if t is FusedPlan:
         return [FUSED if id(st) in plan.fused else RULE for st in base.steps]
     if t is MixedPlan:
@@ -404,16 +432,20 @@ def compile_report(replayer, kind=None):
         else:
             entries.append(ReportRun(s, s + 1, how, what, reason, cause))
         prev = (key,)
-    entries = [e._replace(what=f"{e.stop - e.start} steps") if e.how in (KERNEL, SEGMENT)
+    entries = [e._replace(what=f"{e.stop - e.start} steps") if e.how in (KERNEL, SEGMENT, LOOP)
                else e for e in entries]
     return CompileReport(kind, status, entries, len(base.steps))
 
 
 def _status(plan, modes):
     if type(plan) is CompiledPlan:
-        return "one compiled kernel"
+        nl = sum(1 for kind, _ in getattr(plan, "loops", ()) if kind == "l")
+        return f"one compiled kernel with {nl} compiled loop{'s' * (nl != 1)}" if nl else \
+            "one compiled kernel"
     if type(plan) is CompiledHVPPlan:
-        return "one compiled forward-over-reverse kernel"
+        nl = sum(1 for kind, _ in getattr(plan, "loops", ()) if kind == "l")
+        return "one compiled forward-over-reverse kernel" + \
+            (f" with {nl} compiled loop{'s' * (nl != 1)}" if nl else "")
     ways = [m for m in (FUSED, SEGMENT, SOURCE, RULE) if m in modes]
     if type(plan) is SourcePlan and plan._how is None:
         return "rule calls until the next replay makes the generated source"
