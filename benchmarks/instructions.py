@@ -16,8 +16,11 @@ unprepared gradient and HVP of ``benchmarks.rk4``'s loss, 50 steps: scalar write
 array), ``prepared_grad_sum`` / ``prepared_hvp_sum`` (prepared gradient and HVP caches of the
 suite's ``sum_1000``, ``np.sum`` of 1000: a plan's fixed cost per call) and
 ``compiled_grad_bsce`` / ``compiled_hvp_bsce`` (compile=True gradient and HVP caches of
-``broadcast_sin_cos_exp`` on 10 x 10: one fused kernel, the rest overhead). Needs valgrind on
-PATH.
+``broadcast_sin_cos_exp`` on 10 x 10: one fused kernel, the rest overhead),
+``compiled_grad_mapsce`` / ``compiled_hvp_mapsce`` (the same for ``map_sin_cos_exp``: a mixed
+plan, one compiled segment between rule calls) and ``compiled_grad_rk4`` / ``compiled_hvp_rk4``
+(compile=True caches of ``benchmarks.rk4``'s loss, 50 steps: a mixed plan with writes). Needs
+valgrind on PATH.
 """
 import argparse
 import os
@@ -84,6 +87,29 @@ elif case in ("compiled_grad_bsce", "compiled_hvp_bsce"):
     else:
         cache = mp.prepare_hvp_cache(f, x, compile=True)
         call = lambda: mp.value_and_hvp(cache, f, v, x)
+elif case in ("compiled_grad_mapsce", "compiled_hvp_mapsce"):
+    import warnings
+    warnings.simplefilter("ignore")
+    f = CASES["map_sin_cos_exp"].bind(xp)
+    x, v = rng.standard_normal((10, 10)), rng.standard_normal((10, 10))
+    if case == "compiled_grad_mapsce":
+        cache = mp.prepare_gradient_cache(f, x, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, x)
+    else:
+        cache = mp.prepare_hvp_cache(f, x, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, x)
+elif case in ("compiled_grad_rk4", "compiled_hvp_rk4"):
+    import warnings
+    warnings.simplefilter("ignore")
+    from benchmarks.rk4 import make_rk4
+    f = make_rk4(50)
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    if case == "compiled_grad_rk4":
+        cache = mp.prepare_gradient_cache(f, th, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, th)
+    else:
+        cache = mp.prepare_hvp_cache(f, th, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, th)
 elif case in ("rk4_grad", "rk4_hvp"):
     from benchmarks.rk4 import make_rk4
     f = make_rk4(50)
@@ -106,10 +132,13 @@ for _ in range(n):
 
 CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "hvp_kron_const",
          "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
-         "compiled_hvp_bsce")
+         "compiled_hvp_bsce", "compiled_grad_mapsce", "compiled_hvp_mapsce", "compiled_grad_rk4",
+         "compiled_hvp_rk4")
 REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
         "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
-        "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100}
+        "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100,
+        "compiled_grad_mapsce": 50, "compiled_hvp_mapsce": 50, "compiled_grad_rk4": 20,
+        "compiled_hvp_rk4": 10}
 
 
 def _total(case, n, tmp):
