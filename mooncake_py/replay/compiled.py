@@ -1503,8 +1503,37 @@ class _Segment:
             else:
                 self.outputs[node] = E + node - lo
 
+    _kernels = None  # (forward, reverse), loaded on the first run
+    _load_kernels = staticmethod(segment_kernels)
+
+    def kernels(self):
+        """The (forward, reverse) kernels of this kind of segment."""
+        ks = self._kernels
+        if ks is None:
+            ks = self._kernels = self._load_kernels()[0]
+        return ks
+
+    def _check_rules(self):
+        rules = self.__dict__.get("_rules")
+        if rules is None:  # (the rules the steps stand for: fixed when the module loaded)
+            rules = self._rules = tuple((fn, fastpath._BUILTIN.get(fn, _STACK_RULES.get(fn)))
+                                        for fn in self.fns)
+        get = RRULES.get
+        for fn, rule in rules:  # a rule registered since the recording: record instead
+            if get(fn) is not rule:
+                raise _Failed()
+
     def _fill(self, values):
         """``X`` for ``values`` (of :attr:`external`), and the buffers' flat views."""
+        if self.nscalar == 0 and len(self.arrays) == 1 and not self.buffers and \
+                len(values) == 1:
+            # one array read from outside (a loop over its elements): the kernel reads it
+            # where it is when numba types it as it types a fresh array
+            v, = values
+            if _f64_array(v, self.arrays[0][0]):
+                fl = v.flags
+                if fl.c_contiguous and fl.writeable and fl.aligned:
+                    return v.reshape(-1), []
         X = np.empty(self.nx)
         E = self.nscalar
         for k in range(E):
@@ -1524,8 +1553,8 @@ class _Segment:
         return X, flats
 
     def forward(self, values):
-        _check_rules(self.fns)
-        (fwd, _), _ = segment_kernels()
+        self._check_rules()
+        fwd = self.kernels()[0]
         X, flats = self._fill(values)
         ok, V = fwd(*self.code, X, self.n)
         if not ok:
@@ -1564,7 +1593,7 @@ class _Segment:
         seeds = state.seeds
         if not seeds:
             return (None,) * len(self.external)
-        (_, rev), _ = segment_kernels()
+        rev = self.kernels()[1]
         sn, sv, bufs = self._seeds(seeds)
         G = rev(*self.code, state.values, sn, sv, self.nx)
         E = self.nscalar
@@ -1612,9 +1641,11 @@ class _DualSegment(_Segment):
     and sweeps the cotangents its outputs received (plain numbers or duals of that tag) back
     as the HVP kernel does."""
 
+    _load_kernels = staticmethod(hvp_segment_kernels)
+
     def forward(self, values):
-        _check_rules(self.fns)
-        (fwd, _), _ = hvp_segment_kernels()
+        self._check_rules()
+        fwd = self.kernels()[0]
         D = DualArray
         tag = None
         vals, tans = [], []
@@ -1646,7 +1677,7 @@ class _DualSegment(_Segment):
         seeds = state.seeds
         if not seeds:
             return (None,) * len(self.external)
-        (_, rev), _ = hvp_segment_kernels()
+        rev = self.kernels()[1]
         D, tag = DualArray, state.tag
         sn, sv, st, sd, bufs = [], [], [], [], {}
         nodes, vals, tans, duals = [], [], [], []
