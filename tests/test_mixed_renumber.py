@@ -158,3 +158,46 @@ def test_a_lean_mixed_plan_after_a_bad_call_and_a_flipped_guard():
             for p, q in zip(g, want[1]):
                 np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-300)
     assert type(_plan(c)) is compiled.MixedPlan
+
+
+def _reads_argument(x):
+    s = 0.0  # (the segment reads the argument alone: the kernel reads it in place)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            s = s + np.sin(x[i, j]) * x[i, j]
+    return s + np.sum(np.cos(x))  # an array step: a mixed plan, not one kernel
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "read-only"])
+def test_a_segment_reads_an_argument_of_any_layout(layout):
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((4, 10))
+
+    def make(k):
+        a = base * (1 + 0.1 * k)
+        if layout == "F":
+            return np.asfortranarray(a)
+        if layout == "strided":
+            return np.repeat(a, 2, axis=1)[:, ::2]
+        if layout == "read-only":
+            a.setflags(write=False)
+        return a
+    c = mp.prepare_gradient_cache(_reads_argument, make(0), compile=True)
+    h = mp.prepare_hvp_cache(_reads_argument, make(0), compile=True)
+    v = np.cos(np.arange(40.0)).reshape(4, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mp.CompileFallbackWarning)
+        for k in range(3):
+            x = make(k)
+            y, (g,) = mp.value_and_gradient(c, _reads_argument, x)
+            want = mp.value_and_grad(_reads_argument)(x)
+            np.testing.assert_allclose(y, want[0], rtol=1e-12, atol=0)
+            np.testing.assert_allclose(g, want[1], rtol=1e-12, atol=1e-300)
+            _, _, hv = mp.value_and_hvp(h, _reads_argument, v, x)
+            np.testing.assert_allclose(hv, mp.hvp(_reads_argument)(x, v), rtol=1e-12,
+                                       atol=1e-300)
+    for cache in (c, h):
+        plan = _plan(cache)
+        assert type(plan) is compiled.MixedPlan and cache._replay.replays == 2
+        seg, = plan.segments
+        assert seg.nscalar == 0 and len(seg.arrays) == 1 and not seg.buffers
