@@ -22,7 +22,10 @@ suite's ``sum_1000``, ``np.sum`` of 1000: a plan's fixed cost per call) and
 ``compiled_grad_sumsin`` / ``compiled_hvp_sumsin`` (the same of ``sum_sin_1000``),
 ``compiled_grad_loop_CASE`` / ``compiled_hvp_loop_CASE`` for CASE ``_sum_1000``,
 ``_sum_sin_1000`` and ``large_single_block`` (compile=True caches of scalar loops: compiled
-loops), each also with ``_interp`` appended (the same on the interpreter kernel). Needs
+loops), each also with ``_interp`` appended (the same on the interpreter kernel),
+``compiled_grad_mapsce`` / ``compiled_hvp_mapsce`` (the same for ``map_sin_cos_exp``: a mixed
+plan, one compiled segment between rule calls) and ``compiled_grad_rk4`` / ``compiled_hvp_rk4``
+(compile=True caches of ``benchmarks.rk4``'s loss, 50 steps: a mixed plan with writes). Needs
 valgrind on PATH.
 """
 import argparse
@@ -133,6 +136,29 @@ elif case.startswith(("compiled_grad_loop_", "compiled_hvp_loop_")):
     else:
         cache = mp.prepare_hvp_cache(f, x, compile=True)
         call = lambda: mp.value_and_hvp(cache, f, v, x)
+elif case in ("compiled_grad_mapsce", "compiled_hvp_mapsce"):
+    import warnings
+    warnings.simplefilter("ignore")
+    f = CASES["map_sin_cos_exp"].bind(xp)
+    x, v = rng.standard_normal((10, 10)), rng.standard_normal((10, 10))
+    if case == "compiled_grad_mapsce":
+        cache = mp.prepare_gradient_cache(f, x, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, x)
+    else:
+        cache = mp.prepare_hvp_cache(f, x, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, x)
+elif case in ("compiled_grad_rk4", "compiled_hvp_rk4"):
+    import warnings
+    warnings.simplefilter("ignore")
+    from benchmarks.rk4 import make_rk4
+    f = make_rk4(50)
+    th, v = np.array([1.1, 0.4, 0.1, 0.4]), np.array([1.0, -0.5, 0.25, 2.0])
+    if case == "compiled_grad_rk4":
+        cache = mp.prepare_gradient_cache(f, th, compile=True)
+        call = lambda: mp.value_and_gradient(cache, f, th)
+    else:
+        cache = mp.prepare_hvp_cache(f, th, compile=True)
+        call = lambda: mp.value_and_hvp(cache, f, v, th)
 elif case in ("rk4_grad", "rk4_hvp"):
     from benchmarks.rk4 import make_rk4
     f = make_rk4(50)
@@ -156,7 +182,8 @@ for _ in range(n):
 CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "gp_lml_prepared_grad",
          "simple_mlp_prepared_hvp", "hvp_kron_const",
          "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
-         "compiled_hvp_bsce", "compiled_grad_sumsin", "compiled_hvp_sumsin") + tuple(
+         "compiled_hvp_bsce", "compiled_grad_sumsin", "compiled_hvp_sumsin", "compiled_grad_mapsce",
+         "compiled_hvp_mapsce", "compiled_grad_rk4", "compiled_hvp_rk4") + tuple(
              f"compiled_{q}_loop_{name}{v}" for q in ("grad", "hvp")
              for name in ("_sum_1000", "_sum_sin_1000", "large_single_block")
              for v in ("", "_interp"))
@@ -165,7 +192,8 @@ REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp
         "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
         "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100,
         "compiled_grad_sumsin": 100, "compiled_hvp_sumsin": 100,
-        **{case: 50 for case in CASES if "_loop_" in case}}
+        "compiled_grad_mapsce": 50, "compiled_hvp_mapsce": 50, "compiled_grad_rk4": 20,
+        "compiled_hvp_rk4": 10, **{case: 50 for case in CASES if "_loop_" in case}}
 
 
 def _total(case, n, tmp):

@@ -57,11 +57,13 @@ from ..dual.kernels_cpu import kernel_dir
 from ..rules.derivative_table import BY_UFUNC, CONSTANTS, TABLE
 from ..rules.registry import RRULES
 from ..tape import fastpath
+from .lean import attach
 from .plans import (
     _ALLOCATORS,
     _BIN,
     _CONST,
     _FRESH_LIKE,
+    _GC_PAUSE_STEPS,
     _GUARD,
     _ITEM,
     _LIKE,
@@ -74,6 +76,7 @@ from .plans import (
     Plan,
     _Failed,
     _int_key,
+    _made_node,
 )
 from .writes import _VIEW_WRITE, _WRITE
 
@@ -1534,8 +1537,37 @@ class _Segment:
             else:
                 self.outputs[node] = E + node - lo
 
+    _kernels = None  # (forward, reverse), loaded on the first run
+    _load_kernels = staticmethod(segment_kernels)
+
+    def kernels(self):
+        """The (forward, reverse) kernels of this kind of segment."""
+        ks = self._kernels
+        if ks is None:
+            ks = self._kernels = self._load_kernels()[0]
+        return ks
+
+    def _check_rules(self):
+        rules = self.__dict__.get("_rules")
+        if rules is None:  # (the rules the steps stand for: fixed when the module loaded)
+            rules = self._rules = tuple((fn, fastpath._BUILTIN.get(fn, _STACK_RULES.get(fn)))
+                                        for fn in self.fns)
+        get = RRULES.get
+        for fn, rule in rules:  # a rule registered since the recording: record instead
+            if get(fn) is not rule:
+                raise _Failed()
+
     def _fill(self, values):
         """``X`` for ``values`` (of :attr:`external`), and the buffers' flat views."""
+        if self.nscalar == 0 and len(self.arrays) == 1 and not self.buffers and \
+                len(values) == 1:
+            # one array read from outside (a loop over its elements): the kernel reads it
+            # where it is when numba types it as it types a fresh array
+            v, = values
+            if _f64_array(v, self.arrays[0][0]):
+                fl = v.flags
+                if fl.c_contiguous and fl.writeable and fl.aligned:
+                    return v.reshape(-1), []
         X = np.empty(self.nx)
         E = self.nscalar
         for k in range(E):
@@ -1555,8 +1587,8 @@ class _Segment:
         return X, flats
 
     def forward(self, values):
-        _check_rules(self.fns)
-        (fwd, _), _ = segment_kernels()
+        self._check_rules()
+        fwd = self.kernels()[0]
         X, flats = self._fill(values)
         ok, V = fwd(*self.code, X, self.n)
         if not ok:
@@ -1573,6 +1605,7 @@ class _Segment:
     def _seeds(self, seeds):
         """(nodes, cotangents) seeding the reverse kernel, and each buffer's cotangent."""
         sn, sv, bufs = [], [], {}
+        nodes, vals = [], []
         for k, g in seeds.items():
             if k >= 0:
                 sn.append(k)
@@ -1581,15 +1614,20 @@ class _Segment:
             shape, _, idx, sl = self.all_buffers[-1 - k]
             g = _dense(g, shape)
             bufs[-1 - k] = g
-            sn += sl.tolist()
-            sv += g.reshape(-1)[idx].tolist()
-        return np.array(sn, np.int64), np.array(sv), bufs
+            nodes.append(sl)
+            vals.append(g.reshape(-1)[idx])
+        if not nodes:
+            return np.array(sn, np.int64), np.array(sv), bufs
+        if not sn and len(nodes) == 1:  # (one buffer seeded: its slots' arrays as they are)
+            return nodes[0], vals[0], bufs
+        return np.concatenate([np.array(sn, np.int64)] + nodes), \
+            np.concatenate([np.array(sv)] + vals), bufs
 
     def reverse(self, state):
         seeds = state.seeds
         if not seeds:
             return (None,) * len(self.external)
-        (_, rev), _ = segment_kernels()
+        rev = self.kernels()[1]
         sn, sv, bufs = self._seeds(seeds)
         G = rev(*self.code, state.values, sn, sv, self.nx)
         E = self.nscalar
@@ -1637,9 +1675,11 @@ class _DualSegment(_Segment):
     and sweeps the cotangents its outputs received (plain numbers or duals of that tag) back
     as the HVP kernel does."""
 
+    _load_kernels = staticmethod(hvp_segment_kernels)
+
     def forward(self, values):
-        _check_rules(self.fns)
-        (fwd, _), _ = hvp_segment_kernels()
+        self._check_rules()
+        fwd = self.kernels()[0]
         D = DualArray
         tag = None
         vals, tans = [], []
@@ -1671,9 +1711,10 @@ class _DualSegment(_Segment):
         seeds = state.seeds
         if not seeds:
             return (None,) * len(self.external)
-        (_, rev), _ = hvp_segment_kernels()
+        rev = self.kernels()[1]
         D, tag = DualArray, state.tag
         sn, sv, st, sd, bufs = [], [], [], [], {}
+        nodes, vals, tans, duals = [], [], [], []
         for k, g in seeds.items():
             dual = type(g) is D
             if dual and g._tag is not tag:
@@ -1688,12 +1729,24 @@ class _DualSegment(_Segment):
             gv = _dense(g._value if dual else g, shape)
             gt = _dense(g._tangent, shape) if dual else None
             bufs[-1 - k] = (gv, gt)
-            sn += sl.tolist()
-            sv += gv.reshape(-1)[idx].tolist()
-            st += gt.reshape(-1)[idx].tolist() if dual else [0.0] * len(idx)
-            sd += [dual] * len(idx)
-        G, GT, GD = rev(*self.code, state.vs, state.ts, np.array(sn, np.int64), np.array(sv),
-                        np.array(st), np.array(sd, np.bool_), self.nx)
+            nodes.append(sl)
+            vals.append(gv.reshape(-1)[idx])
+            tans.append(gt.reshape(-1)[idx] if dual else np.zeros(len(idx)))
+            duals.append(np.full(len(idx), dual))
+        if nodes:
+            if sn:
+                nodes.insert(0, np.array(sn, np.int64))
+                vals.insert(0, np.array(sv))
+                tans.insert(0, np.array(st))
+                duals.insert(0, np.array(sd, np.bool_))
+            if len(nodes) == 1:
+                sn, sv, st, sd = nodes[0], vals[0], tans[0], duals[0]
+            else:
+                sn, sv, st, sd = (np.concatenate(a) for a in (nodes, vals, tans, duals))
+        else:
+            sn, sv, st, sd = np.array(sn, np.int64), np.array(sv), np.array(st), \
+                np.array(sd, np.bool_)
+        G, GT, GD = rev(*self.code, state.vs, state.ts, sn, sv, st, sd, self.nx)
         E = self.nscalar
         out = [D(_F64(G[k]), _F64(GT[k]), tag) if GD[k] else _F64(G[k]) for k in range(E)]
         for shape, o, size in self.arrays:
@@ -1918,6 +1971,7 @@ def mix_plan(plan, leaves, dual=False):
     mixed = MixedPlan.__new__(MixedPlan)
     mixed.__dict__.update(plan.__dict__)
     mixed.__dict__.pop("_dual_steps", None)  # (made from the plan's own steps)
+    mixed.__dict__.pop("run", None)  # (a lean run of the plan itself: replay/lean.py)
     mixed.steps, mixed.parents, mixed.segments = splice_segments(
         plan, segments, specs, info, _DualSegment if dual else _Segment)
     folded = {plan.steps[k][1] for s, e, _, _ in segments for k in range(s, e)
@@ -1926,7 +1980,90 @@ def mix_plan(plan, leaves, dual=False):
         mixed.writes = [w for w in plan.writes if w not in folded]
         mixed.splits = [w for w in plan.splits if w not in folded]
     mixed.plan, mixed.runs = plan, 0
-    return mixed
+    _renumber(mixed)
+    return attach(mixed, dual)
+
+
+def _renumber(mixed):
+    """Number the nodes of ``mixed`` (a plan just spliced) afresh, in their order: only the
+    inputs, the nodes its steps make and its outputs keep a number. The nodes a segment holds
+    inside are no step's any more, yet the replay's lists have a slot for each and its sweep
+    visits each, so without this a plan's cost per call grows with the steps it no longer
+    has. Records in ``origin`` the step each renumbered step stands for (the compile report
+    finds the recorded steps by identity). Leaves ``mixed`` as it is when a step or a parent
+    refers to a node outside those (a kind of step not known here)."""
+    made = set(mixed.inputs)
+    for st in mixed.steps:
+        node = _made_node(st)
+        if node is not None:
+            made.add(node)
+    if mixed.ynode is not None:
+        made.add(mixed.ynode)
+    outs = getattr(mixed, "outs", None)
+    for k, r in outs or ():
+        if k == _SLOT:
+            made.add(r)
+    old = sorted(made)
+    if len(old) == mixed.n:
+        mixed.origin = {}
+        return
+    new = {p: k for k, p in enumerate(old)}
+    try:
+        steps = [_renumber_step(st, new) for st in mixed.steps]
+        parents = [_renumber_parents(mixed.parents[p], new) for p in old]
+    except KeyError:
+        mixed.origin = {}
+        return
+    mixed.origin = {id(a): b for a, b in zip(steps, mixed.steps)}
+    mixed.steps, mixed.parents = steps, parents
+    mixed.fns = [mixed.fns[p] for p in old]
+    mixed.n = len(old)
+    mixed.inputs = [new[p] for p in mixed.inputs]
+    if mixed.ynode is not None:
+        mixed.ynode = new[mixed.ynode]
+    if outs is not None:
+        mixed.outs = [(k, new[r]) if k == _SLOT else (k, r) for k, r in outs]
+    mixed.writes = [new[w] for w in mixed.writes]
+    mixed.splits = [new[w] for w in mixed.splits]
+    mixed.short = len(steps) < _GC_PAUSE_STEPS
+
+
+def _renumber_tmpl(tmpl, new):
+    return tuple((_SLOT, new[t[1]]) if t[0] == _SLOT else
+                 (t[0], t[1], _renumber_tmpl(t[2], new)) if t[0] == _SEQ_T else t
+                 for t in tmpl)
+
+
+def _renumber_parents(ps, new):
+    if not ps:
+        return ps
+    return tuple(None if p is None else
+                 tuple(None if q is None else new[q] for q in p) if type(p) is tuple else
+                 new[p] for p in ps)
+
+
+def _renumber_step(st, new):
+    """Plan step ``st`` with its nodes renumbered by ``new`` (KeyError: a node it does not
+    know, or a kind of step this module does not know)."""
+    kind = st[0]
+    if kind == _OP:
+        return st[:3] + (_renumber_tmpl(st[3], new),) + st[4:6] + (new[st[6]],) + st[7:]
+    if kind in (_ITEM, _UNARY, _SUM):
+        return st[:2] + (new[st[2]], new[st[3]]) + st[4:]
+    if kind == _BIN:
+        return st[:2] + (new[st[2]], _renumber_tmpl(st[3], new)) + st[4:]
+    if kind == _GUARD:
+        return st[:2] + (_renumber_tmpl(st[2], new),) + st[3:]
+    if kind == _OBSERVE:
+        return (kind, new[st[1]]) + st[2:]
+    if kind == _WRITE:
+        return (kind, new[st[1]], new[st[2]], st[3], st[4],
+                new[st[5]] if st[4] else st[5]) + st[6:]
+    if kind == _VIEW_WRITE:
+        return (kind, new[st[1]], new[st[2]]) + st[3:]
+    if kind == _LIKE:
+        return (kind, new[st[1]]) + st[2:5] + (new[st[5]],) + st[6:]
+    raise KeyError(kind)
 
 
 def _made(step):

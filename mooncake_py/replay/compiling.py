@@ -351,6 +351,13 @@ def _unwrapped(plan):
     return plan.base if type(plan) is SourcePlan else plan
 
 
+def _recorded(plan, st):
+    """The step of the plan ``plan`` was made from that its step ``st`` stands for (a mixed
+    plan renumbers its nodes, so its steps are new tuples)."""
+    origin = getattr(plan, "origin", None)
+    return origin.get(id(st), st) if origin else st
+
+
 def _modes(plan, base):
     """How each of ``base``'s steps runs in ``plan`` (a plan made from it)."""
     n = len(base.steps)
@@ -365,7 +372,7 @@ def _modes(plan, base):
         return [FUSED if id(st) in plan.fused else RULE for st in base.steps]
     if t is MixedPlan:
         inner = _modes(plan.plan, base) if type(plan.plan) is FusedPlan else [RULE] * n
-        kept = {id(st) for st in plan.steps}
+        kept = {id(_recorded(plan, st)) for st in plan.steps}
         return [SEGMENT if m == RULE and id(st) not in kept else m
                 for m, st in zip(inner, base.steps)]
     if t is SourcePlan:
@@ -376,7 +383,7 @@ def _modes(plan, base):
         kept = getattr(how, "steps", None)
         if kept is None:  # (one function: the whole plan)
             return [SOURCE] * n
-        kept = {id(st) for st in kept}
+        kept = {id(_recorded(plan.base, st)) for st in kept}
         return [SOURCE if m == RULE and id(st) not in kept else m
                 for m, st in zip(inner, base.steps)]
     return [RULE] * n
