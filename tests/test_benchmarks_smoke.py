@@ -206,6 +206,25 @@ def test_summary_counts_targets_from_medians():
     assert "a (3.2×) |" in md  # (the compiled row: no floor there)
 
 
+def test_summary_compares_the_faster_of_prepared_and_compiled_with_jit():
+    from benchmarks import summary
+    rs = [_rec("a", "gradient", "mooncake_py (prepared)", 3.0),
+          _rec("a", "gradient", "mooncake_py (compiled)", 1.5, compiled=True),
+          _rec("a", "gradient", "jax.jit", 2.0, framework="jax"),
+          _rec("b", "gradient", "mooncake_py (prepared)", 3.0),
+          _rec("b", "gradient", "jax.jit", 2.0, framework="jax"),
+          # the kron rows are not counted; nor a row whose jit result failed
+          _rec("kron_sum", "gradient", "mooncake_py (prepared)", 9.0),
+          _rec("kron_sum", "gradient", "jax.jit", 1.0, framework="jax"),
+          _rec("c", "hvp", "mooncake_py (prepared)", 3.0),
+          dict(_rec("c", "hvp", "jax.jit", 1.0, framework="jax"), status="failed")]
+    got = {name: (n, ok, misses) for name, n, ok, misses in summary.targets(rs)}
+    assert got["prepared or compiled mooncake_py ≤ jax.jit, gradient (not the kron rows)"] == \
+        (2, 1, ["b (1.5×)"])
+    assert got["prepared or compiled mooncake_py ≤ jax.jit, hvp (not the kron rows)"] == \
+        (0, 0, [])
+
+
 @pytest.mark.parametrize("name", list(suite.CASES))
 def test_case_inputs_are_float64(name):
     args = suite.CASES[name].make_inputs(np.random.default_rng(0))
