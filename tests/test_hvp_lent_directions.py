@@ -1,6 +1,8 @@
 """Prepared HVP caches lend the caller's directions to the duals uncopied (read-only views):
 the results never share memory with the caller's arguments or directions, the directions are
 never written, and a function that writes into its input still gets its own tangent."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,41 @@ def test_next_call_works_after_an_exception():
         mp.value_and_hvp(c, f, v, np.full(3, np.nan))
     _y, _g, hv = mp.value_and_hvp(c, f, v, x)
     assert np.array_equal(hv, np.ones(3)) and np.array_equal(v, np.ones(3))
+
+
+def _loop_into_buffer(x):
+    b = np.zeros_like(x)
+    for i in range(1, x.shape[0]):
+        b[i] = x[i] * x[i - 1]
+    return np.sum(b * b)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("f", [_loop_into_buffer, lambda x: np.sum(np.sin(x) * x[::-1])])
+def test_one_argument_caches_keep_the_direction(f, compile):
+    x, v = np.linspace(0.1, 1.0, 6), np.linspace(-1.0, 2.0, 6)
+    kept = v.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = mp.prepare_hvp_cache(f, x, compile=compile)
+        for _ in range(4):
+            _y, g, hv = mp.value_and_hvp(c, f, v, x)
+            assert not np.shares_memory(hv, v) and not np.shares_memory(g, x)
+            assert np.array_equal(v, kept)
+    assert np.allclose(hv, mp.hvp(f)(x, v), rtol=1e-12, atol=1e-14)
+
+
+def test_function_writing_into_an_argument_that_is_a_view():
+    def f(x):
+        x[0] = 3.0 * x[1]  # x is a view of the caller's buffer: the write needs its own tangent
+        return np.sum(x ** 3)
+
+    v = np.array([1.0, -1.0, 2.0])
+    kept = v.copy()
+    c = mp.prepare_hvp_cache(f, np.ones(3))
+    for _ in range(3):
+        base, base2 = np.arange(4.0), np.arange(4.0)
+        _y, _g, hv = mp.value_and_hvp(c, f, v, base[1:])
+        ref = mp.hvp(f)(base2[1:], v.copy())
+        assert np.array_equal(base, base2) and np.array_equal(v, kept)
+        assert np.allclose(hv, ref, rtol=1e-12)
