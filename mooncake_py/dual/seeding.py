@@ -87,7 +87,14 @@ def seed(f, primals, tangents, lanes, borrow=False):
 
 def lent(v):
     """A read-only view of the NumPy direction ``v``: a dual's tangent that costs no copy, and
-    that nothing can write into (a write raises; :func:`own_tangents` replaces it first)."""
+    that nothing can write into (a write raises; :func:`own_tangents` replaces it first).
+
+    Example:
+        >>> v = np.ones(3)
+        >>> w = lent(v)
+        >>> w.flags.writeable, np.shares_memory(w, v)
+        (False, True)
+    """
     w = v.view()
     w.flags.writeable = False
     return w
@@ -97,7 +104,15 @@ def own_tangents(args):
     """Give every dual leaf of ``args`` whose tangent is a read-only NumPy array (one
     :func:`lent` to it, or a caller's read-only direction) a writeable copy of its own, as
     :func:`seed` without ``borrow`` makes them: before ``f`` runs where it may write into its
-    inputs (a recording, a plan with writes)."""
+    inputs (a recording, a plan with writes).
+
+    Example:
+        >>> v = np.ones(2)
+        >>> d = DualArray(np.zeros(2), lent(v), Tag(0))
+        >>> own_tangents([d])
+        >>> d._tangent.flags.writeable, np.shares_memory(d._tangent, v)
+        (True, False)
+    """
     for a in flatten(args)[0]:
         if type(a) is DualArray:
             t = a._tangent
