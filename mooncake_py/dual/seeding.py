@@ -38,8 +38,13 @@ def _constant_direction(x, v):
     return not is_float_leaf(v) and type(v) is not int
 
 
-def seed(f, primals, tangents, lanes):
-    """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual."""
+def seed(f, primals, tangents, lanes, borrow=False):
+    """The tag and the arguments of ``f`` with every float leaf that has a tangent made a dual.
+
+    Each dual gets a tangent of its own, so that writes ``f`` makes into its input move it and
+    never the caller's direction. With ``borrow`` a NumPy direction is instead lent as a
+    read-only view (no copy): for callers that run ``f`` only where nothing writes into its
+    inputs and call :func:`own_tangents` on the arguments before anything that might."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise ArgumentError(
             f"jvp(f, primals, tangents) takes tuples of positional arguments of {fname(f)}: "
@@ -74,10 +79,45 @@ def seed(f, primals, tangents, lanes):
             v = _as_value(v, x.dtype)
             if x.dtype.kind == "c":
                 tag.complex = True
-            # the dual's own tangent: writes f makes into its input move it, never the caller's v
-            new.append(DualArray(x, v.copy() if has_buffer(v) else v, tag))
+            new.append(DualArray(x, lent(v) if borrow and type(v) is np.ndarray
+                                 else v.copy() if has_buffer(v) else v, tag))
         args.append(ptree.unflatten(new))
     return tag, args
+
+
+def lent(v):
+    """A read-only view of the NumPy direction ``v``: a dual's tangent that costs no copy, and
+    that nothing can write into (a write raises; :func:`own_tangents` replaces it first).
+
+    Example:
+        >>> v = np.ones(3)
+        >>> w = lent(v)
+        >>> w.flags.writeable, np.shares_memory(w, v)
+        (False, True)
+    """
+    w = v.view()
+    w.flags.writeable = False
+    return w
+
+
+def own_tangents(args):
+    """Give every dual leaf of ``args`` whose tangent is a read-only NumPy array (one
+    :func:`lent` to it, or a caller's read-only direction) a writeable copy of its own, as
+    :func:`seed` without ``borrow`` makes them: before ``f`` runs where it may write into its
+    inputs (a recording, a plan with writes).
+
+    Example:
+        >>> v = np.ones(2)
+        >>> d = DualArray(np.zeros(2), lent(v), Tag(0))
+        >>> own_tangents([d])
+        >>> d._tangent.flags.writeable, np.shares_memory(d._tangent, v)
+        (True, False)
+    """
+    for a in flatten(args)[0]:
+        if type(a) is DualArray:
+            t = a._tangent
+            if type(t) is np.ndarray and not t.flags.writeable:
+                a._tangent = t.copy()
 
 
 def result(o, tag):

@@ -58,8 +58,10 @@ class CompilingReplayer(Replayer):
         plan = self.plan
         if type(plan) in _COMPILED and len(args) == 1 and nums == (0,) and not plan.constants \
                 and type(args[0]) is (DualArray if self.dual else np.ndarray) and \
+                not (self.dual and getattr(plan, "writes", None)) and \
                 not self.disabled and not current_config().debug_mode:
-            # One array argument (the common call): its one leaf goes straight to the kernel,
+            # One array argument (the common call; on duals, of a plan that writes nothing, as
+            # the tangents may be lent): its one leaf goes straight to the kernel,
             # without the general path's pytree walk (a third of a small plan's time). What
             # the general path would check is checked by run(); on any failure the general
             # path runs and decides (retrying the guards, recording, counting the failure).

@@ -74,6 +74,7 @@ from ..core.array_ops import ArrayOps, buffer_root, innermost
 from ..core.dispatch import WRAPPER_TYPES
 from ..core.pytree import flatten
 from ..dual.dual_array import DualArray
+from ..dual.seeding import own_tangents
 from ..mixed import dual_scalars
 from ..mixed.tracking import Tracked, as_gradient, check_scalar, check_seeds, unwrap_out
 from ..rules import BUILTIN_RRULES
@@ -873,8 +874,14 @@ class Replayer:
         """``(value, gradients)`` of ``f`` at ``args``: from the plan when there is one whose
         guards hold, else by recording (which makes a new plan)."""
         if self.disabled or current_config().debug_mode:  # (debug mode checks the recording)
+            if self.dual:
+                own_tangents(args)
             return record_call(f, args, nums, Tape)[:2]
         plan = self.plan
+        if self.dual and (plan is None or getattr(plan, "writes", None)):
+            # (the duals' tangents may be lent views of the caller's directions: only a plan
+            # that writes nothing runs on them)
+            own_tangents(args)
         if plan is not None and len(args) == 1 and nums == (0,) and getattr(plan, "short", 0) and \
                 not plan.constants:
             # One float64 argument (the common call): the leaf _split_leaves would give,
@@ -920,6 +927,8 @@ class Replayer:
             # A miss counts once the recording has succeeded: when f itself raises (bad
             # input), that is the caller's error, not a sign that the plan keeps failing.
             missed = True
+            if self.dual:
+                own_tangents(args)
             if self.failures + 1 >= MAX_FAILURES:
                 out = record_call(f, args, nums, Tape)[:2]
                 self.failed(f)

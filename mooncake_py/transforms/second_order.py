@@ -18,7 +18,7 @@ from ..core import fp_warnings
 from ..core.arguments import check_args, fname, gc_paused, is_float_leaf, norm_argnums
 from ..core.pytree import flatten
 from ..dual.dual_array import DualArray, Tag
-from ..dual.seeding import result, seed
+from ..dual.seeding import lent, result, seed
 from ..errors import ArgumentError, NonDifferentiableInputError, TangentError
 from ..mixed.tracking import as_gradient, check_scalar
 from ..replay.compiling import (
@@ -49,7 +49,9 @@ def _value_gradient_hvp(f, nums, args, vs, lanes, kwargs, has_aux=False, replaye
     tangents = [None] * len(args)
     for i, v in zip(nums, vs):
         tangents[i] = v
-    tag, dargs = seed(f, tuple(args), tuple(tangents), lanes)
+    # (a replayer lends the directions to the duals uncopied and owns them before any run
+    # that could write into them)
+    tag, dargs = seed(f, tuple(args), tuple(tangents), lanes, borrow=replayer is not None)
     try:
         if replayer is not None:
             y, grads = replayer.call(f, dargs, nums)
@@ -561,8 +563,8 @@ def _replayed_hvp_one(replayer, f, x, v):
         return None
     tag = Tag(0)
     try:
-        # (the dual's own tangent, as seed makes it: f writing into x moves only it)
-        y, grads = replayer.call(f, (DualArray(x, v.copy(), tag),), (0,))
+        # (v lent as seed(borrow=True) does: the replayer owns it before any write)
+        y, grads = replayer.call(f, (DualArray(x, lent(v), tag),), (0,))
     finally:
         tag.close()
     value = result(y, tag)[0] if is_float_leaf(y) else y
