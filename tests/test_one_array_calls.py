@@ -227,3 +227,50 @@ def test_a_replaced_replayer_serves_the_calls():
     for _ in range(2):
         mp.value_and_gradient(c, f, x)
     assert (old.replays, c._replay.replays) == (2, 1)
+
+
+def _running_sum(x):
+    s = 0.0
+    for i in range(len(x)):
+        s += x[i]
+    return s
+
+
+def test_a_compiled_loop_gradient_is_owned_and_the_general_path_bit_for_bit():
+    from mooncake_py.replay.compiled import CompiledPlan
+    f = _running_sum
+    rng = np.random.default_rng(2)
+    x0 = rng.standard_normal(40)
+    fast, general = _caches(f, x0, "gradient", True), _caches(f, x0, "gradient", True)
+    for _ in range(2):
+        _call(fast, f, x0, x0), _call(general, f, x0, x0)
+    assert type(fast._replay.plan) is CompiledPlan
+    for _ in range(3):
+        x = rng.standard_normal(40)
+        general._fast = None  # (the general path alone)
+        want = _call(general, f, x, x)
+        got = _call(fast, f, x, x)
+        assert _bits(got) == _bits(want)
+        g = got[1][0]
+        assert g.flags.writeable and g.base is None and g.flags.c_contiguous
+        g[...] = 5.0  # (the caller's own: the next call is not affected)
+    assert _bits(_call(fast, f, x, x)) == _bits(want)
+
+
+def test_a_getitem_rule_registered_after_compiling_a_loop_is_used(monkeypatch):
+    import operator
+    f = _running_sum
+    x = np.linspace(0.0, 1.0, 9)
+    c = _caches(f, x, "gradient", True)
+    for _ in range(2):
+        _call(c, f, x, x)
+    old, calls = RRULES[operator.getitem], []
+
+    def rule(args, kwargs, needs):
+        calls.append(1)
+        return old(args, kwargs, needs)
+    monkeypatch.setitem(RRULES, operator.getitem, rule)
+    y, (g,) = _call(c, f, x, x)
+    assert calls  # (recorded again, with the new rule)
+    assert float(y) == float(f(x))
+    np.testing.assert_array_equal(g, np.ones(9))

@@ -1102,6 +1102,7 @@ def _finisher(tr, args, nums, dual=False):
         return [as_gradient(c, p) for c, p in zip(cts, protos)]
     # (for one_array.py: an owned array of the leaf's dtype comes out of as_gradient as it is)
     finish.owned_as_is = True
+    finish.dtypes = [p.dtype for p in protos]
     return finish
 
 
