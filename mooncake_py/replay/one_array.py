@@ -25,7 +25,7 @@ import numpy as np
 from ..config import _CONFIG
 from ..core.arguments import is_float_leaf
 from ..dual.dual_array import DualArray, Tag
-from ..dual.seeding import result
+from ..dual.seeding import lent, result
 from .compiled import CompiledHVPPlan, CompiledPlan
 from .fused import FusedPlan
 
@@ -137,8 +137,10 @@ def _hvp_plan(plan, x, v):
     the general path seeds, replays and reads back; None when the plan does not serve."""
     tag = Tag(0)
     try:
-        # (the dual's own tangent, as seed makes it: a step writing into x moves only it)
-        y, cts = plan.run([DualArray(x, v.copy(), tag)])
+        # a plan that writes gets the dual's own tangent, as seed makes it (a step writing into
+        # x moves only it); any other reads the caller's direction through a read-only view
+        y, cts = plan.run([DualArray(x, v.copy() if getattr(plan, "writes", None) else lent(v),
+                                     tag)])
         g, = plan.finish(cts)
     except Exception:  # noqa: BLE001  (the general path decides)
         return None
