@@ -653,12 +653,18 @@ def _diagonal_adjoint(shape, offset, axis1, axis2, length):
     other axes, then the diagonal) scattered onto the diagonal of zeros."""
     a1, a2 = _ax(axis1, len(shape)), _ax(axis2, len(shape))
     other = tuple(n for i, n in enumerate(shape) if i not in (a1, a2))
-    rows = np.arange(length) + max(-offset, 0)
-    cols = np.arange(length) + max(offset, 0)
-    # In the layout with axis1, axis2 moved last, the diagonal is [..., rows, cols].
+    rows, cols = shape[a1], shape[a2]
+    # In the layout with axis1, axis2 moved last and merged, the diagonal is every (cols + 1)th
+    # entry from the offset's flat position: a slice, so the scatter assigns (NumPy's add.at
+    # with index arrays costs ~4x as much at n = 128).
+    start = offset if offset >= 0 else -offset * cols
+    flat = slice(start, start + max(length - 1, 0) * (cols + 1) + 1, cols + 1) if length \
+        else slice(0, 0)
+    flat_shape, last = other + (rows * cols,), other + (rows, cols)
+    if (a1, a2) == (len(shape) - 2, len(shape) - 1):  # (np.moveaxis alone costs ~2.5 µs)
+        return lambda g: np.reshape(scatter_add(flat_shape, (Ellipsis, flat), g), last)
     return lambda g: np.moveaxis(
-        scatter_add(other + (shape[a1], shape[a2]), (Ellipsis, rows, cols), g),
-        (-2, -1), (a1, a2))
+        np.reshape(scatter_add(flat_shape, (Ellipsis, flat), g), last), (-2, -1), (a1, a2))
 
 
 @linear_in_first(np.diagonal)
