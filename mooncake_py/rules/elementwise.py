@@ -125,42 +125,9 @@ def _unary_rule(entry):
     return rule
 
 
-def _negated_unbroadcast(g, shape):
-    """``unbroadcast(-g, shape)`` for an ndarray ``g``, negating after the sum where that is
-    the smaller array (a pass over ``g`` fewer; bitwise the same, as negation is exact)."""
-    if g.shape != shape:
-        r = unbroadcast(g, shape)  # (a fresh array, or a NumPy scalar for shape ())
-        return np.negative(r, out=np.empty(shape, r.dtype)) if type(r) is np.ndarray else -r
-    return -g
-
-
-def _cotangent_of(entry, k):
-    """``(g, xs) -> cotangent of input k`` of a binary op, unbroadcast to the input's shape."""
-    d, part = entry.d1[k], _partial(entry, k)
-    if d == "-1":
-        return lambda g, xs: _negated_unbroadcast(g, shape_of(xs[k])) \
-            if type(g) is np.ndarray else unbroadcast(-g, shape_of(xs[k]))
-    if d == "1":
-        return lambda g, xs: unbroadcast(g, shape_of(xs[k]))
-    return lambda g, xs: unbroadcast(part(g, *xs), shape_of(xs[k]))
-
-
 def _binary_rule(entry):
     uf, pa, pb = entry.ufunc, _partial(entry, 0), _partial(entry, 1)
     op = _OPERATORS.get(uf, uf)
-    if "-1" in entry.d1:  # (only then: the others keep one call less per cotangent)
-        ca, cb = _cotangent_of(entry, 0), _cotangent_of(entry, 1)
-
-        def negating_rule(args, kwargs, needs):
-            a, b = args
-            y = uf(a, b, **kwargs) if kwargs else op(a, b)
-
-            def pullback(g):
-                xs = (a, b, y)
-                return (ca(g, xs) if needs[0] else None, cb(g, xs) if needs[1] else None)
-            return y, pullback
-        negating_rule.__name__ = f"rrule({fn_name(uf)})"
-        return negating_rule
 
     def rule(args, kwargs, needs):
         a, b = args
