@@ -239,10 +239,18 @@ def factor(a):
 # diagonal blocks of at most this many rows take the formula of :func:`cotangent`.
 BLOCK = 64
 
-_MASKS = {}  # Φ's masks by (n, dtype), read-only
+_MASKS = {}  # Φ's masks by (n, dtype), read-only: rebuilding one costs as much as a small solve
 
 
-def _phi_mask(n, dt):
+def phi_mask(n, dt):
+    """The host mask of Φ (the lower triangle, its diagonal halved) for n×n of dtype ``dt``,
+    made once and read-only.
+
+    Example:
+        >>> phi_mask(2, np.dtype(np.float64))
+        array([[0.5, 0. ],
+               [1. , 0.5]])
+    """
     key = (n, dt)
     m = _MASKS.get(key)
     if m is None:
@@ -295,9 +303,9 @@ def lower_cotangent(L, gL):
         lo11, lo22 = _Lower(L[:h, :h], char), _Lower(L[h:, h:], char)
         p11 = lo11.t_times(gL[:h, :h])
         p11 += np.matmul(l21.T, g21)
-        p11 *= _phi_mask(h, dt)
+        p11 *= phi_mask(h, dt)
         p22 = lo22.t_times(gL[h:, h:])
-        p22 *= _phi_mask(n - h, dt)
+        p22 *= phi_mask(n - h, dt)
         q = np.empty((n, n), dt)
         q[:h, h:] = 0
         q22 = lo22.solve_right(p22)
@@ -308,7 +316,7 @@ def lower_cotangent(L, gL):
         q[:h, :h] = lo11.solve_right(p11)
         z = _Lower(L, char).t_solve(q, mine=True)
         out = np.add(z, z.T, out=np.empty((n, n), dt))
-        out *= _phi_mask(n, dt)
+        out *= phi_mask(n, dt)
     return out
 
 

@@ -793,23 +793,16 @@ def _slogdet_f(primals, tangents):
     return res, (None, _tr_inv_times(a, da))  # the sign is piecewise constant
 
 
-_PHI_MASKS = {}  # host masks by (n, dtype): rebuilding one costs as much as a small solve
 
 
 def _phi_mask(n, dtype, like):
     """Lower-triangle mask with halved diagonal: Φ(M) = M * mask (in ``like``'s module)."""
     if am.is_device(like):
         return am.tri(n, dtype=dtype, like=like) - am.eye(n, dtype=dtype, like=like) / 2
-    key = (n, np.dtype(dtype))
-    m = _PHI_MASKS.get(key)
-    if m is None:
-        m = np.tri(n, dtype=dtype) - np.eye(n, dtype=dtype) / 2
-        m.flags.writeable = False
-        _PHI_MASKS[key] = m
-    return m
+    return cholesky_blas.phi_mask(n, np.dtype(dtype))
 
 
-_READ_MASKS = {}  # host masks by (n, real dtype, lower), as _PHI_MASKS
+_READ_MASKS = {}  # host masks by (n, real dtype, lower), as cholesky_blas.phi_mask's
 
 
 def _read_mask(x, lower):
@@ -1173,7 +1166,7 @@ def _triangle(a, lower, unit_diagonal):
     return t * (1 - eye) + eye if unit_diagonal else t
 
 
-_TRIANGLE_MASKS = {}  # host masks by (n, lower, unit_diagonal, dtype), as _PHI_MASKS
+_TRIANGLE_MASKS = {}  # host masks by (n, lower, unit_diagonal, dtype), as cholesky_blas.phi_mask's
 
 
 def _triangle_mask(n, lower, unit_diagonal, dtype, like):
