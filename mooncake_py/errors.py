@@ -253,9 +253,15 @@ def lost_error_behind(exc, source):
     for _ in range(4):  # (the conversion error is the direct cause, or one or two steps down)
         e = e.__cause__ or e.__context__
         if e is None:
-            return None
+            break
         if isinstance(e, TrackingLostError):
             return e if getattr(e, "_mc_source", None) is source else None
+    if exc.__cause__ is None and exc.__context__ is None:
+        # C code that ignored a failed conversion can lose our error altogether: a garbage
+        # collection running while it is pending reports it as unraisable and clears it, and
+        # the C code then raises its own bare error (brentq: "f(a) and f(b) must have different
+        # signs"). The source keeps the last error its values made.
+        return getattr(source, "lost", None)
     return None
 
 

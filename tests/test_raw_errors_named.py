@@ -59,6 +59,20 @@ def test_tracked_value_reaching_scipy_conversion_raises_the_named_error(mode):
         MODES[mode](f)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_lost_error_cleared_before_a_bare_error_still_surfaces(mode):
+    # as C code that ignores a failed conversion, after which a garbage collection clears the
+    # pending error and the C code raises its own error, with nothing chained to ours
+    def f(x):
+        try:
+            float(x[0])
+        except mp.TrackingLostError:
+            pass
+        raise ValueError("f(a) and f(b) must have different signs")
+    with pytest.raises(mp.TrackingLostError, match="converted to a Python float"):
+        MODES[mode](f)
+
+
 def test_unrelated_value_errors_pass_through():
     def f(x):
         raise ValueError("setting an array element with a sequence.")

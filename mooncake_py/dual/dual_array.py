@@ -64,7 +64,7 @@ class Tag:
     ``complex``: whether a complex value has been perturbed by it; from then on every op checks
     that its rule holds for the complex values it is given. ``_watch`` is set when either this
     or ``closed`` is: the dispatch tests that one flag, so open real-only tags pay for neither."""
-    __slots__ = ("_complex", "_watch", "closed", "lanes", "level", "standalone")
+    __slots__ = ("_complex", "_watch", "closed", "lanes", "level", "lost", "standalone")
 
     def __init__(self, lanes=0):
         self.level = new_level()
@@ -74,6 +74,7 @@ class Tag:
         self._watch = False
         # made by mp.dual, outside any transformation: its duals pickle (no f to lose them in)
         self.standalone = False
+        self.lost = None  # the last TrackingLostError of its duals (errors.lost_error_behind)
 
     @property
     def complex(self):
@@ -253,6 +254,7 @@ class DualArray(ArrayOps):
             "library function that calls np.asarray internally -> wrap it with mp.primitive and "
             "give it an mp.frule. To read the numbers, use mp.primal(x) and mp.tangent(x).")
         err._mc_source = self._tag  # (whose close() surfaces it: errors.lost_error_behind)
+        self._tag.lost = err
         return err
 
 

@@ -105,6 +105,7 @@ class TrackedArray(ArrayOps):
     def _lost(self, what):
         err = TrackingLostError(_lost_message(self, what))
         err._mc_source = self._tape  # (whose close() surfaces it: errors.lost_error_behind)
+        self._tape.lost = err
         return err
 
 
