@@ -120,7 +120,15 @@ _binary_node = dual_scalars._binary_node
 _MAX_INT = dual_scalars._MAX_INT  # (int constants dual_scalars takes as exact float64s)
 _F64 = np.float64
 _F64_DT = np.dtype(np.float64)
-_ARRAYS = (np.ndarray, _F64)  # (what a dual leaf's value and tangent may be)
+_F32 = np.float32
+_F32_DT = np.dtype(np.float32)
+# The float dtypes a plan takes its inputs in. A replay calls the recorded rules on values of
+# the recorded dtypes (every _OP step checks its output's dtype), so any of them replays
+# bitwise; the float64-only short paths (_ITEM, _BIN, _UNARY, _SUM) are recorded for float64
+# values only, and on anything else an op is a general step.
+_PLAN_DTS = (_F64_DT, _F32_DT)
+_ARRAYS = (np.ndarray, _F64, _F32)  # (what a dual leaf's value and tangent may be)
+_SCALARS = (_F64, _F32)  # (what a scalar leaf may be)
 _add_reduce = np.add.reduce
 # Plans shorter than this run without pausing the garbage collector: the pause itself costs
 # more than the collections a short run could trigger.
@@ -891,12 +899,12 @@ class Replayer:
             if self.dual:
                 if type(a) is DualArray:
                     v, g = a._value, a._tangent
-                    leaf = type(v) in _ARRAYS and type(g) in _ARRAYS and v.dtype == _F64_DT \
-                        and g.dtype == _F64_DT
+                    leaf = type(v) in _ARRAYS and type(g) in _ARRAYS and \
+                        (v.dtype == _F64_DT or v.dtype == _F32_DT) and g.dtype == v.dtype
                 else:
                     leaf = False
             else:
-                leaf = type(a) is np.ndarray and a.dtype == _F64_DT
+                leaf = type(a) is np.ndarray and (a.dtype == _F64_DT or a.dtype == _F32_DT)
             if leaf:
                 try:
                     y, cts = plan.run([a])
@@ -995,10 +1003,10 @@ def _split_leaves(args, nums, dual=False, plain=False):
             if type(a) is not np.ndarray:
                 break
             if i in nums and a.dtype.kind in "fc":
-                if a.dtype != _F64_DT:
+                if a.dtype not in _PLAN_DTS:
                     return None, consts
                 leaves.append(a)
-            elif a.dtype == _F64_DT:
+            elif a.dtype in _PLAN_DTS:
                 data.append(a)
             else:
                 consts.append(a)
@@ -1011,27 +1019,27 @@ def _split_leaves(args, nums, dual=False, plain=False):
             t = type(a)
             if i in nums and t is D:
                 v, g = a._value, a._tangent
-                if type(v) not in (np.ndarray, _F64) or type(g) not in (np.ndarray, _F64) or \
-                        v.dtype != _F64_DT or g.dtype != _F64_DT:
+                if type(v) not in _ARRAYS or type(g) not in _ARRAYS or \
+                        v.dtype not in _PLAN_DTS or g.dtype != v.dtype:
                     return None, consts
                 leaves.append(a)
             elif t is np.ndarray and not (i in nums and a.dtype.kind in "fc"):
-                (data if a.dtype == _F64_DT else consts).append(a)
+                (data if a.dtype in _PLAN_DTS else consts).append(a)
             else:
                 break
         else:
             return leaves + data if data else leaves, consts
     leaves, consts, data = [], [], []
     for i, a in enumerate(args):
-        if type(a) is np.ndarray and a.dtype == _F64_DT and i not in nums:
+        if type(a) is np.ndarray and a.dtype in _PLAN_DTS and i not in nums:
             data.append(a)
             continue
         for leaf in flatten(a)[0]:
             if i in nums and is_float_leaf(leaf):
                 t = type(leaf)
                 if plain and t is not DualArray and (
-                        t is float or (t in (np.ndarray, np.float64) and
-                                       leaf.dtype == np.float64)):
+                        t is float or ((t is np.ndarray or t in _SCALARS) and
+                                       leaf.dtype in _PLAN_DTS)):
                     # a float argument given no direction (v = (v, None)): tracked, but
                     # plain where the others are duals; the marker among the constants
                     # guards that kind, so that a call with a dual there (or another type
@@ -1039,13 +1047,13 @@ def _split_leaves(args, nums, dual=False, plain=False):
                     consts.append(f"plain float leaf {t.__name__} {np.shape(leaf)}")
                 elif dual:
                     if t is not DualArray or not (
-                            type(leaf._value) in (np.ndarray, np.float64) and
-                            type(leaf._tangent) in (np.ndarray, np.float64) and
-                            leaf._value.dtype == np.float64 and
-                            leaf._tangent.dtype == np.float64):
+                            type(leaf._value) in _ARRAYS and
+                            type(leaf._tangent) in _ARRAYS and
+                            leaf._value.dtype in _PLAN_DTS and
+                            leaf._tangent.dtype == leaf._value.dtype):
                         return None, consts
-                elif not (t is float or (t in (np.ndarray, np.float64)
-                                         and leaf.dtype == np.float64)):
+                elif not (t is float or ((t is np.ndarray or t in _SCALARS)
+                                         and leaf.dtype in _PLAN_DTS)):
                     return None, consts
                 leaves.append(leaf)
             else:
@@ -1061,7 +1069,7 @@ def data_args(args, nums):
     puts them after the differentiated leaves. No cotangent is computed for them on replay
     (:meth:`Plan.__init__` cuts the edges into them)."""
     return tuple(i for i, a in enumerate(args)
-                 if i not in nums and type(a) is np.ndarray and a.dtype == _F64_DT)
+                 if i not in nums and type(a) is np.ndarray and a.dtype in _PLAN_DTS)
 
 
 
