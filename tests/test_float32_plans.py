@@ -196,3 +196,41 @@ def test_dtype_guard(kind, prepared, called):
     with pytest.raises(mp.PreparedCacheSpecError, match="dtype"):
         call(_x(called))
     _same(call(x := _x(prepared)), call(x))  # (and it still replays)
+
+
+def _vector(x):
+    a = x.reshape(4, 5)
+    return np.tanh(a @ a.T) * 2.5, np.sum(np.sin(x))
+
+
+@pytest.mark.parametrize("f", [_vector, _chain, _writes])
+def test_pullback_replays_float32_bitwise(f):
+    c = mp.prepare_pullback_cache(f, _x())
+    rec = mp.prepare_pullback_cache(f, _x(), replay=False)
+    for k in range(4):
+        x = _x()
+        ybar = _seed(f(x))
+        got = mp.value_and_pullback(c, f, ybar, x)
+        _same(got, mp.value_and_pullback(rec, f, ybar, x))
+        assert got[1][0].dtype == F32
+    # (the pullback plan of a function that writes is not among what a pullback replays)
+    assert f is _writes or c.replay_state().replays >= 2
+
+
+def _seed(y):
+    if isinstance(y, tuple):
+        return tuple(_seed(u) for u in y)
+    s = _RNG.standard_normal(np.shape(y)).astype(F32)
+    return s if np.ndim(y) else F32(s)
+
+
+@pytest.mark.parametrize("f", [_chain, _broadcast, _matmul, _scalar_loop])
+def test_derivative_replays_float32_bitwise(f):
+    c = mp.prepare_derivative_cache(f, _x())
+    rec = mp.prepare_derivative_cache(f, _x(), replay=False)
+    for k in range(4):
+        x, t = _x(), _x()
+        got = mp.value_and_derivative(c, f, t, x)
+        _same(got, mp.value_and_derivative(rec, f, t, x))
+        assert np.asarray(got[1]).dtype == F32
+    assert c.replay_state().replays >= 2

@@ -541,13 +541,14 @@ def _hvp_call(spec, f, v, args, rp):
 
 
 _F64_DT = np.dtype(np.float64)
+_F32_DT = np.dtype(np.float32)
 
 
 def _replayed_hvp_one(replayer, f, x, v):
-    """``(f(x), ∇f, H·v)`` from an HVP cache's dual ``replayer`` for one float64 ndarray ``x``
-    and a float64 ndarray ``v`` of its shape: the steps of :func:`value_and_hvp` (seed a dual,
-    replay, take value, gradient and tangent apart) on that one leaf, without its pytree and
-    argument handling. None when the call is not of that kind (the general path then runs,
+    """``(f(x), ∇f, H·v)`` from an HVP cache's dual ``replayer`` for one float64 or float32
+    ndarray ``x`` and an ndarray ``v`` of its shape and dtype: the steps of
+    :func:`value_and_hvp` (seed a dual, replay, take value, gradient and tangent apart) on that
+    one leaf, without its pytree and argument handling. None when the call is not of that kind (the general path then runs,
     and raises where it should).
 
     Example:
@@ -558,8 +559,8 @@ def _replayed_hvp_one(replayer, f, x, v):
         >>> float(y), g.tolist(), hv.tolist()
         (9.0, [3.0, 12.0], [6.0, 0.0])
     """
-    if type(x) is not np.ndarray or type(v) is not np.ndarray or x.dtype != _F64_DT or \
-            v.dtype != _F64_DT or v.shape != x.shape:
+    if type(x) is not np.ndarray or type(v) is not np.ndarray or v.dtype != x.dtype or \
+            (x.dtype != _F64_DT and x.dtype != _F32_DT) or v.shape != x.shape:
         return None
     tag = Tag(0)
     try:
