@@ -892,7 +892,7 @@ class Replayer:
             own_tangents(args)
         if plan is not None and len(args) == 1 and nums == (0,) and getattr(plan, "short", 0) and \
                 not plan.constants:
-            # One float64 argument (the common call): the leaf _split_leaves would give,
+            # One float64 or float32 argument (the common call): the leaf _split_leaves would give,
             # without its walk; anything else, or a failed run, takes the path below, which
             # decides (runs the plan again, records, counts the miss).
             a = args[0]
@@ -992,9 +992,10 @@ class Replayer:
 def _split_leaves(args, nums, dual=False, plain=False):
     """(the tracked leaves in recording order, the other leaves) of ``args``; None for the
     first when a leaf is not of a kind the plan replays. With ``dual`` the tracked leaves
-    must be duals of float64 NumPy values and tangents (no nesting: a dual of duals, i.e.
-    a transformation of the cache's call, is recorded every time), and with ``plain`` also
-    plain float64 values (an argument given no direction: tracked by an HVP cache's plan),
+    must be duals of float64 or float32 NumPy values with tangents of their dtype (no
+    nesting: a dual of duals, i.e. a transformation of the cache's call, is recorded every
+    time), and with ``plain`` also plain float64 or float32 values (an argument given no
+    direction: tracked by an HVP cache's plan),
     each with a marker of its kind among the others. The data arguments
     (:func:`data_args`) come last among the tracked leaves."""
     if not dual:  # plain array arguments (the common call): each is its own one leaf
@@ -1062,8 +1063,8 @@ def _split_leaves(args, nums, dual=False, plain=False):
 
 
 def data_args(args, nums):
-    """The positions of the arguments that are data of a plan: float64 NumPy arrays not
-    differentiated (not in ``nums``). They are tracked while recording, after the
+    """The positions of the arguments that are data of a plan: float64 or float32 NumPy
+    arrays not differentiated (not in ``nums``). They are tracked while recording, after the
     differentiated leaves (so that what ``f`` computes from them is a plan step, recomputed
     on every replay, never a constant), and are inputs of the plan: :func:`_split_leaves`
     puts them after the differentiated leaves. No cotangent is computed for them on replay

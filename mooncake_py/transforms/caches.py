@@ -333,7 +333,7 @@ def prepare_gradient_cache(f: Callable[..., Any], *args: Any, replay: bool = Tru
     order). By default every argument with a float leaf is, and the gradients are a tuple with
     one entry per argument (None for the others). An argument not differentiated (data: a
     design matrix, observations) is an input of the replayed plan, read afresh on every call
-    (a float64 NumPy array is; other values are compared with the recorded ones, a change
+    (a float64 or float32 NumPy array is; other values are compared with the recorded ones, a change
     records again) and checked for shape and dtype like the others; nothing is computed for it.
 
     With ``replay=True`` (the default) the first call records ``f`` and later calls re-run

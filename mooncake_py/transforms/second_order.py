@@ -440,7 +440,7 @@ def prepare_hvp_cache(f: Callable[..., Any], *args: Any, replay: bool = True,
 
     With ``replay=True`` (the default) the first call records ``f`` on dual numbers and later
     calls re-run that recording's plan on the new duals, under the guards of
-    :func:`prepare_gradient_cache` (float64 NumPy arguments only; anything else, and any
+    :func:`prepare_gradient_cache` (float64 and float32 NumPy arguments; anything else, and any
     function the gradient replay refuses, is recorded every call). A float argument given no
     direction (``v = (v, None)``) is replayed too, as a plain leaf (its plan as direct rule
     calls only). By default the plan's runs of scalar steps run as generated Python source on
