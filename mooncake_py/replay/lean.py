@@ -26,8 +26,8 @@ import operator
 
 import numpy as np
 
-from ..core.array_ops import astype, innermost
 from ..core.arguments import is_float_leaf
+from ..core.array_ops import astype, innermost
 from ..dual.dual_array import DualArray, Tag
 from ..dual.lean import sum_all
 from ..dual.seeding import result
