@@ -274,3 +274,85 @@ def test_a_getitem_rule_registered_after_compiling_a_loop_is_used(monkeypatch):
     assert calls  # (recorded again, with the new rule)
     assert float(y) == float(f(x))
     np.testing.assert_array_equal(g, np.ones(9))
+
+
+def _lean_one(c):
+    return getattr(c._replay.plan.__dict__.get("run"), "one", None)
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+@pytest.mark.parametrize("name", ["broadcast", "sum", "sum_sin", "sum_sq"])  # (lean plans)
+def test_a_lean_plans_generated_one_array_form_is_its_run_bit_for_bit(name, kind):
+    from mooncake_py.replay.one_array import _hvp_plan
+
+    f = FUNCTIONS[name]
+    rng = np.random.default_rng(1)
+    shape = (3, 4) if name == "broadcast" else (12,)
+    x, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    c = _caches(f, x, kind, False)
+    for _ in range(3):
+        _call(c, f, x, v)
+    one, plan = _lean_one(c), c._replay.plan
+    assert one is not None
+    x = rng.standard_normal(shape)
+    if kind == "hvp":
+        got, want = one(x, v), _hvp_plan(plan, x, v)
+    else:
+        y, cts = plan.run([x])
+        got, want = one(x), (y, plan.finish(cts)[0])
+    assert _bits(got) == _bits(want)
+    # and the cache's call is served by it
+    served = c._replay.replays
+    assert _bits(_call(c, f, x, v)) == _bits((got[0], (got[1],)) if kind == "gradient" else got)
+    assert c._replay.replays == served + 1
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_the_generated_form_hands_out_owned_results(kind):
+    # np.sum: a gradient of ones the sweep makes as a read-only broadcast view, and (HVP) a
+    # gradient the direction does not move, whose H·v is zeros: each call's results are its
+    # own arrays, which the caller may write into
+    f = FUNCTIONS["sum"]
+    x, v = np.linspace(0.0, 1.0, 6), np.ones(6)
+    c = _caches(f, x, kind, False)
+    for _ in range(3):
+        _call(c, f, x, v)
+    assert _lean_one(c) is not None
+    first = _call(c, f, x, v)
+    arrays = list(first[1]) if kind == "gradient" else [first[1], first[2]]
+    for a in arrays:
+        assert a.flags.writeable and a.base is None
+        a[...] = 7.0
+    again = _call(c, f, x, v)
+    assert np.array_equal(again[1][0] if kind == "gradient" else again[1], np.ones(6))
+    if kind == "hvp":
+        assert np.array_equal(again[2], np.zeros(6))
+        assert not np.shares_memory(v, again[2])
+
+
+def test_the_generated_hvp_returns_none_on_a_failed_guard_and_closes_its_tag(monkeypatch):
+    from mooncake_py.dual import dual_array
+
+    f = FUNCTIONS["sum_sin"]
+    x, v = np.linspace(0.0, 1.0, 5), np.ones(5)
+    c = _caches(f, x, "hvp", False)
+    for _ in range(3):
+        _call(c, f, x, v)
+    one = _lean_one(c)
+    tags = []
+    real = dual_array.Tag
+
+    def tag(lanes=0):
+        tags.append(real(lanes))
+        return tags[-1]
+    monkeypatch.setitem(one.__globals__, "_Tag", tag)
+    assert one(x, v) is not None and tags[-1].closed
+    monkeypatch.setitem(RRULES, np.sin, RRULES[np.sin])  # (the same rule, the entry replaced)
+
+    def other(*args, **kwargs):
+        return RRULES[np.cos](*args, **kwargs)
+    monkeypatch.setitem(RRULES, np.sin, other)
+    assert one(x, v) is None and tags[-1].closed
+    # the cache's call then takes the general path, which records with the new rule
+    y, g, hv = _call(c, f, x, v)
+    assert np.allclose(g, -np.sin(x))

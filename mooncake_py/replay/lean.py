@@ -26,10 +26,13 @@ import operator
 
 import numpy as np
 
+from ..core.arguments import is_float_leaf
 from ..core.array_ops import astype, innermost
-from ..dual.dual_array import DualArray
+from ..dual.dual_array import DualArray, Tag
 from ..dual.lean import sum_all
+from ..dual.seeding import result
 from ..mixed import dual_scalars
+from ..mixed.tracking import as_gradient
 from ..rules.broadcasting import shape_of
 from ..rules.reductions import broadcast_cotangent, dtype_of
 from ..rules.registry import RRULES
@@ -226,9 +229,15 @@ def _made(em, op, node, lines, dual, check=None):
     lines += ["else:"]
     if check is not None:
         shape, dt = check
-        lines += ["    o = m[0]",
-                  (f"    if getattr(o, 'dtype', None) != {em.const(dt)} or "
-                  f"tuple(_shape_of(o)) != {em.const(shape)}: raise _Failed()")]
+        d, s = em.const(dt), em.const(shape)
+        # (a dual of a plain array or float64, the usual output: its dtype and shape are its
+        # value's, read without the properties and shape_of that the general check goes
+        # through)
+        lines += ["    o = m[0]", "    ov = o._value if type(o) is _Dual else None",
+                  "    if type(ov) is _nd or type(ov) is _F64:",
+                  f"        if ov.dtype != {d} or ov.shape != {s}: raise _Failed()",
+                  (f"    elif getattr(o, 'dtype', None) != {d} or "
+                  f"tuple(_shape_of(o)) != {s}: raise _Failed()")]
     lines += [f"    v{node}, p{node} = m"]
 
 
@@ -299,7 +308,8 @@ def _sweep(plan, em, lines):
     nin = len(plan.inputs)
     lines += [f"c{q} = None" for q in sorted(reach) if q != y]
     # the seed, as Tape.gradient makes it (a NumPy scalar one for a float64 scalar output)
-    lines += [f"s = v{y}", "if type(s) is not _F64: s = _innermost(s)",
+    lines += [f"s = v{y}", "if type(s) is _Dual: s = s._value",
+              "if type(s) is not _F64: s = _innermost(s)",
               f"c{y} = _ONE if type(s) is _F64 else _ones_like(s)"]
     for i in range(y, nin - 1, -1):
         if i not in reach:
@@ -368,7 +378,8 @@ def _sweep(plan, em, lines):
 
 
 def _generate(plan, dual):
-    """The lean function of ``plan`` (module docstring): ``leaves -> (value, cotangents)``."""
+    """The lean function of ``plan`` (module docstring): ``leaves -> (value, cotangents)``;
+    on a plan of one input recorded on duals, with its ``hvp_one`` (:func:`_hvp_lines`)."""
     em = _Emitter()
     steps = plan.dual_steps() if dual else plan.steps
     nin = len(plan.inputs)
@@ -380,15 +391,20 @@ def _generate(plan, dual):
              f"return {cls}.run({me}, L)")]
     for k in range(nin):
         lines += [f"v{k} = L[{k}]", f"if type(v{k}) is float: v{k} = _F64(v{k})"]
+    body = []
     for st in steps:
-        _forward(em, st, lines, dual)
-    outs, multi = _sweep(plan, em, lines)
+        _forward(em, st, body, dual)
+    outs, multi = _sweep(plan, em, body)
     if multi or any(type(p) is tuple for ps in plan.parents if ps for p in ps):
-        lines.insert(0, "O = set()")  # (the buffers the sweep owns, as Tape.gradient's)
+        body.insert(0, "O = set()")  # (the buffers the sweep owns, as Tape.gradient's)
     if type(plan) is not Plan:  # (a FusedPlan counts its runs)
-        lines.append(f"{me}.runs += 1")
+        body.append(f"{me}.runs += 1")
+    lines += body
     lines.append(f"return v{plan.ynode}, [{', '.join(outs)}]")
     src = "def mp_lean(L):\n" + "".join(f"    {ln}\n" for ln in lines)
+    one = _hvp_lines(plan, em, body, outs) if dual else _gradient_lines(plan, em, body, outs)
+    if one is not None:
+        src += "def mp_lean_one(x, v=None):\n" + "".join(f"    {ln}\n" for ln in one)
     code = _CODE.get(src)
     if code is None:
         if len(_CODE) >= _CODE_MAX:
@@ -396,7 +412,75 @@ def _generate(plan, dual):
         code = _CODE[src] = compile(src, "<mooncake_py lean replay>", "exec")
     ns = _namespace(em.consts)
     exec(code, ns)  # noqa: S102  (generated source, compiled here by design)
-    return ns["mp_lean"]
+    fn = ns["mp_lean"]
+    if one is not None:
+        # (on the function, not the plan: a plan made from this one by copying its __dict__
+        # drops its "run", and this with it)
+        fn.one = ns["mp_lean_one"]
+    return fn
+
+
+def _gradient_lines(plan, em, body, outs):
+    """Statements of ``one(x) -> (value, gradient)``, None where the general path must serve
+    the call: :meth:`Plan.run` on the one float64 array ``x`` and the plan's finish
+    (``as_gradient`` to a float64 leaf), as one_array.gradient_entry runs them, written
+    around the lean function's body without the lists between them. None (no such
+    function) for a plan of several inputs or another finish."""
+    fin = getattr(plan, "finish", None)
+    protos = getattr(fin, "protos", None)
+    if len(plan.inputs) != 1 or plan.ndiff != 1 or protos is None or len(protos) != 1 or \
+            protos[0].dtype != np.float64 or not getattr(fin, "owned_as_is", 0):
+        return None
+    p0 = em.const(protos[0])
+    lines = ["try:", "  v0 = x"]
+    lines += ["  " + ln for ln in body]
+    lines += [f"  y, g = v{plan.ynode}, {outs[0]}",
+              # (as_gradient's own branch for an ndarray: the leaf's dtype, owned)
+              "  if type(g) is _nd:",
+              "    if g.dtype != _F64_DT: g = g.astype(_F64_DT)",
+              "    elif g.base is not None or not g.flags.writeable: g = g.copy()",
+              f"  else: g = _as_gradient(g, {p0})",
+              "except Exception:", "  return None",
+              "return y, g"]
+    return lines
+
+
+def _hvp_lines(plan, em, body, outs):
+    """Statements of ``one(x, v) -> (value, gradient, H·v)``, None where the general path
+    must serve the call: what one_array._hvp_plan does around :meth:`Plan.run` on this plan
+    (a fresh tag, the dual of ``x`` with a read-only view of ``v`` as its tangent, the run,
+    the plan's finish, the tag closed, the read-back) written out around the lean function's
+    own body, so that a call makes no list of leaves, no list of cotangents and no calls
+    between the layers. Its results are _hvp_plan's bit for bit; None (no such function)
+    for a plan of several inputs or whose finish is not the one-leaf conversion."""
+    protos = getattr(getattr(plan, "finish", None), "dual_protos", None)
+    if len(plan.inputs) != 1 or plan.ndiff != 1 or protos is None or len(protos) != 1:
+        return None
+    p0 = em.const(protos[0])
+    lines = ["tag = _Tag(0)", "try:",
+             # (seeding.lent: a tangent that costs no copy and that nothing can write into)
+             "  w = v.view()", "  w.setflags(write=False)", "  v0 = _Dual(x, w, tag)"]
+    lines += ["  " + ln for ln in body]
+    lines += [f"  y, g = v{plan.ynode}, {outs[0]}",
+              "  tg = type(g)",
+              # (as_gradient's own branch for an ndarray, to the leaf's dtype, owned)
+              f"  if tg is _nd and {p0}.dtype == _F64_DT:",
+              "    if g.dtype != _F64_DT: g = g.astype(_F64_DT)",
+              "    elif g.base is not None or not g.flags.writeable: g = g.copy()",
+              f"  elif tg is not _Dual: g = _as_gradient(g, {p0})",
+              "except Exception:", "  return None", "finally:", "  tag.close()",
+              # the read-back, as _hvp_plan's
+              "if type(y) is _Dual and y._tag is tag: value = y._value",
+              "else: value = _result(y, tag)[0] if _is_float_leaf(y) else y",
+              "if g is None: return value, None, None",
+              "if type(g) is _Dual and g._tag is tag:",
+              "  t = g._tangent",
+              "  if type(t) is _nd and not t.flags.writeable: t = t.copy()",
+              "  return value, g._value, t",
+              "if type(g) is _nd and g.dtype == _F64_DT:",
+              "  return value, g, _zeros(g.shape, dtype=_F64_DT)",
+              "return (value,) + _result(g, tag)"]
+    return lines
 
 
 # Code objects by source: plans of one structure (a cache recorded again, another cache of
@@ -423,6 +507,9 @@ def _namespace(consts):
           "_same": _same, "_add_reduce": np.add.reduce, "_sum_pullback": fastpath._sum_pullback,
           "_ItemRead": ItemRead, "_SPARSE": _SPARSE, "_ONE": _ONE, "_ones_like": np.ones_like,
           "_innermost": innermost, "_ditem": _ditem, "_dual_binary": _dual_binary,
-          "_unary_node": dual_scalars.unary_node, "_dual_sum": _dual_sum, "_zeros_like": np.zeros_like, "_acc": _acc, "_END": _END}
+          "_unary_node": dual_scalars.unary_node, "_dual_sum": _dual_sum,
+          "_zeros_like": np.zeros_like, "_acc": _acc, "_END": _END, "_Tag": Tag,
+          "_as_gradient": as_gradient, "_result": result, "_is_float_leaf": is_float_leaf,
+          "_zeros": np.zeros}
     ns.update(consts)
     return ns

@@ -70,12 +70,20 @@ def gradient_entry(f, shape):
             if t is CompiledPlan or t is FusedPlan and plan.single() is not None:
                 y, g = plan.run_one(x)
             elif getattr(plan, "short", 0):
-                y, cts = plan.run([x])
-                g, = cts
-                # the plan's finish (as_gradient) hands an owned float64 array out as it is
-                if type(g) is not _ND or g.dtype != dt or g.base is not None or \
-                        not g.flags.writeable or not getattr(plan.finish, "owned_as_is", 0):
-                    g, = plan.finish(cts)
+                # (a lean plan's own generated form of the lines below, when it has one)
+                one = getattr(plan.__dict__.get("run"), "one", None)
+                if one is not None:
+                    out = one(x)
+                    if out is None:
+                        return None
+                    y, g = out
+                else:
+                    y, cts = plan.run([x])
+                    g, = cts
+                    # the plan's finish (as_gradient) hands an owned float64 array out as it is
+                    if type(g) is not _ND or g.dtype != dt or g.base is not None or \
+                            not g.flags.writeable or not getattr(plan.finish, "owned_as_is", 0):
+                        g, = plan.finish(cts)
             else:
                 return None
         except Exception:  # noqa: BLE001  (a failed guard, or anything else: the general path)
@@ -121,7 +129,9 @@ def hvp_entry(f, shape):
             except Exception:  # noqa: BLE001  (the general path decides)
                 return None
         elif getattr(plan, "short", 0):
-            out = _hvp_plan(plan, x, v)
+            # (a lean plan's own generated form of _hvp_plan, when it has one)
+            one = getattr(plan.__dict__.get("run"), "one", None)
+            out = _hvp_plan(plan, x, v) if one is None else one(x, v)
             if out is None:
                 return None
         else:

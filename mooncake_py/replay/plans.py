@@ -1105,6 +1105,8 @@ def _finisher(tr, args, nums, dual=False):
         def finish(cts):
             return [c if type(c) is leaf_type else as_gradient(c, p)
                     for c, p in zip(cts, protos)]
+        # (for lean.py: a generated one-array HVP applies the same conversion inline)
+        finish.dual_protos = protos
         return finish
 
     def finish(cts):
@@ -1112,6 +1114,7 @@ def _finisher(tr, args, nums, dual=False):
     # (for one_array.py: an owned array of the leaf's dtype comes out of as_gradient as it is)
     finish.owned_as_is = True
     finish.dtypes = [p.dtype for p in protos]
+    finish.protos = protos  # (for lean.py: a generated one-array gradient converts inline)
     return finish
 
 
