@@ -99,6 +99,61 @@ def test_hvp_through_relu_and_square():
     np.testing.assert_allclose(mp.hvp(f)(W, v), fd, rtol=1e-6, atol=1e-7)
 
 
+# --- the cotangent of a scalar factor: one dot product ----------------------------------------
+def _scalar_factor_grads(s, m, swap):
+    """(short path's, general path's) cotangent of the scalar ``s`` in ``s * m`` (``m * s`` if
+    ``swap``) under the upstream cotangent cos(s m)."""
+    rule = elementwise.RRULES[np.multiply]
+    args = [m, s] if swap else [s, m]
+    needs = (False, True) if swap else (True, False)
+    _, pb = rule(args, {}, needs)
+    g = np.cos(s * m)
+    got = pb(g)[1 if swap else 0]
+    want = elementwise.unbroadcast(g * m, np.shape(s))
+    return got, want
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("s", [np.float64(0.7), np.array(0.7), 0.7])
+def test_scalar_factor_cotangent_is_the_summed_product(s, swap):
+    m = RNG.standard_normal((40, 30))
+    got, want = _scalar_factor_grads(s, m, swap)
+    assert type(got) is type(want) and np.shape(got) == ()
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+
+
+def test_scalar_factor_cotangent_leaves_other_operands_to_the_general_path():
+    # float32, broadcast operands and a non-scalar factor keep g * m summed by unbroadcast
+    assert elementwise._scalar_factor_cotangent(np.ones((9, 9)), np.ones((9, 9)), ()) is not None
+    assert elementwise._scalar_factor_cotangent(np.ones((9, 9), np.float32),
+                                                np.ones((9, 9), np.float32), ()) is None
+    assert elementwise._scalar_factor_cotangent(np.ones((9, 9)), np.ones((1, 9)), ()) is None
+    assert elementwise._scalar_factor_cotangent(np.ones((9, 9)), np.ones((9, 9)), (1,)) is None
+    assert elementwise._scalar_factor_cotangent(np.ones(3), np.ones(3), ()) is None  # (small)
+    m32 = RNG.standard_normal((20, 20)).astype(np.float32)
+    got, want = _scalar_factor_grads(np.float32(0.5), m32, False)
+    assert got.dtype == np.float32 and got == want  # (the general path, bitwise)
+
+
+def test_scalar_factor_gradient_hvp_and_prepared_cache():
+    m = RNG.standard_normal((30, 30))
+
+    def f(s):
+        return np.sum(np.sin(s * m) + s * np.eye(30))
+
+    s = np.float64(0.3)
+    want = np.sum(np.cos(s * m) * m) + 30.0
+    np.testing.assert_allclose(mp.grad(f)(s), want, rtol=1e-13)
+    cache = mp.prepare_gradient_cache(f, s)
+    _, g = mp.value_and_gradient(cache, f, s)
+    np.testing.assert_allclose(g, want, rtol=1e-13)
+    # the HVP's reverse sweep runs on duals: the general path, against the analytic value
+    h = mp.hvp(f)(s, np.float64(1.0))
+    np.testing.assert_allclose(h, -np.sum(np.sin(s * m) * m * m), rtol=1e-12)
+    check_rule(np.multiply, np.float64(0.4), RNG.standard_normal((12, 10)))
+
+
 # --- matmul ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_matrix_product_gradient(dtype):

@@ -125,17 +125,39 @@ def _unary_rule(entry):
     return rule
 
 
+def _scalar_factor_cotangent(g, other, shape):
+    """The cotangent ``sum(g * other)`` of a scalar factor (``shape`` ()) of a product with the
+    float64 array ``other`` of the NumPy array ``g``'s shape, as one dot product: the general
+    way writes the whole product ``g * other`` only to sum it (two passes over an n²
+    temporary for ``s * eye(n)``). None for other operands. The sum's order differs from
+    np.sum's pairwise one: equal to rounding, not bitwise."""
+    if shape != () or type(other) is not np.ndarray or g.dtype != _F64 or \
+            other.dtype != _F64 or g.shape != other.shape or g.size < 64:
+        return None
+    return np.reshape(np.vdot(g, other), ())
+
+
+_F64 = np.dtype(np.float64)
+
+
 def _binary_rule(entry):
     uf, pa, pb = entry.ufunc, _partial(entry, 0), _partial(entry, 1)
     op = _OPERATORS.get(uf, uf)
+    product = uf is np.multiply  # (a product's pullback: pa(g) = g * b, pb(g) = g * a)
 
     def rule(args, kwargs, needs):
         a, b = args
         y = uf(a, b, **kwargs) if kwargs else op(a, b)
 
         def pullback(g):
-            return (unbroadcast(pa(g, a, b, y), shape_of(a)) if needs[0] else None,
-                    unbroadcast(pb(g, a, b, y), shape_of(b)) if needs[1] else None)
+            ga = gb = None
+            if product and type(g) is np.ndarray:  # (scalar loops: one test)
+                ga = _scalar_factor_cotangent(g, b, shape_of(a)) if needs[0] else None
+                gb = _scalar_factor_cotangent(g, a, shape_of(b)) if needs[1] else None
+            return (ga if ga is not None or not needs[0] else
+                    unbroadcast(pa(g, a, b, y), shape_of(a)),
+                    gb if gb is not None or not needs[1] else
+                    unbroadcast(pb(g, a, b, y), shape_of(b)))
         return y, pullback
     rule.__name__ = f"rrule({fn_name(uf)})"
     return rule
