@@ -119,7 +119,8 @@ def test_nodes_recorded_by_the_short_path():
         b = a * x[1]
         c = np.sin(b)
     assert type(tape._pullbacks[a._node]) is ItemRead
-    assert type(tape._pullbacks[b._node]) is DualPullback
+    # a binary op's node holds the generated subclass for its operands (both duals here)
+    assert type(tape._pullbacks[b._node]).__bases__ == (DualPullback,)
     assert type(tape._pullbacks[c._node]) is DualPullback
     assert type(c) is TrackedArray and type(c._value) is mp.DualArray
     g, = tape.gradient(c, [x])

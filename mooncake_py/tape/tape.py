@@ -956,11 +956,19 @@ def _accumulate(cts, owned, p, g):
     if cur is None:
         cts[p] = g
         return
-    if type(cur) is _F64 and type(g) is _F64:
+    tc = type(cur)
+    if tc is _F64 and type(g) is _F64:
         # two float64 scalars (a value read many times in a scalar loop): a 0-d buffer added
         # in place costs ~1 µs a contribution, the scalar sum ~0.1 µs, and rounds the same
         cts[p] = cur + g
         return
+    if (tc is _SCALAR_DUAL or type(g) is _SCALAR_DUAL) and _scalar_add is not None:
+        # a dual contribution (forward-over-reverse of a scalar loop): none of the buffer cases
+        # below takes a dual scalar, so _scalar_add is asked first, not after all of them
+        r = _scalar_add(cur, g)
+        if r is not None:
+            cts[p] = r
+            return
     if type(cur) is tuple:  # cotangent of a multi-output node
         cts[p] = tuple(a if b is None else b if a is None else _add(a, b) for a, b in zip(cur, g))
         return
@@ -1028,6 +1036,14 @@ _SPARSE = (IndexedCotangent, IndexedCotangentList)
 # cur + g for two scalar contributions of which one is a dual number, or None: set by
 # fastpath.install (mixed/dual_scalars.py), so that this module needs no import of the dual layer
 _scalar_add = None
+
+
+class _NoScalarDual:
+    """:data:`_SCALAR_DUAL` until fastpath.install sets it: no value is of this type."""
+
+
+# the type of the values _scalar_add takes (DualArray), set with it
+_SCALAR_DUAL = _NoScalarDual
 # split_item(g, key) -> g[key] (a copy), with g[key] zeroed in place, for a wrapped cotangent
 # ``g`` and an index of one element; None where the general path must run. Set by
 # replay/writes.py (dual numbers), so that this module needs no import of the dual layer.
