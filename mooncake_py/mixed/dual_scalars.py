@@ -502,7 +502,8 @@ def _statements(prog, given=()):
     """(source lines, names returned) of a program's NumPy function, without its def line."""
     lines = numpy_source(prog.ir, "f", given=given).split("\n")
     ret = lines[-1].strip()
-    assert ret.startswith("return (") and ret.endswith(")")  # noqa: S101  (codegen's own form)
+    if not (ret.startswith("return (") and ret.endswith(")")):
+        raise AssertionError(f"not a program's return: {ret}")
     names = [n.strip() for n in ret[len("return ("):-1].split(",") if n.strip()]
     return [ln.strip() for ln in lines[1:-1]], names
 
@@ -524,8 +525,8 @@ def _dual(name, r, tr, fallback, indent):
     return _indent([f"if type({r}) is not _F64 or type({tr}) is not _F64:",
                     f"    return {fallback}",
                     f"{name} = _new(DualArray)",
-                    f"{name}._value, {name}._tangent, {name}._tag, {name}._kept = {r}, {tr}, "
-                    "_tag, None"], indent)
+                    f"{name}._value, {name}._tangent, {name}._tag, {name}._kept = {r}, {tr},"
+                    + " _tag, None"], indent)
 
 
 _PB_TEMPLATE = """
