@@ -503,16 +503,23 @@ class Tape:
                 ps = parents[i]
                 if len(ps) == 2 and len(gs) == 2:  # (binary ops, unrolled: no zip, no loop)
                     p, q = ps
-                    if type(p) is int and type(q) is int:
+                    # (None: a constant operand, as in `0.5 * x` or an item read's index)
+                    if (type(p) is int or p is None) and (type(q) is int or q is None):
                         gp, gq = gs
-                        if gp is not None:
-                            if cts[p] is None:
+                        if gp is not None and p is not None:
+                            cur = cts[p]
+                            if cur is None:
                                 cts[p] = gp
+                            elif type(cur) is _F64 and type(gp) is _F64:  # (as _accumulate)
+                                cts[p] = cur + gp
                             else:
                                 _accumulate(cts, owned, p, gp)
-                        if gq is not None:
-                            if cts[q] is None:
+                        if gq is not None and q is not None:
+                            cur = cts[q]
+                            if cur is None:
                                 cts[q] = gq
+                            elif type(cur) is _F64 and type(gq) is _F64:
+                                cts[q] = cur + gq
                             else:
                                 _accumulate(cts, owned, q, gq)
                         continue
@@ -605,6 +612,8 @@ class MutatingTape(Tape):
         if a._node >= self._max_write:
             return
         v = a._value
+        if type(v) is not np.ndarray:
+            v = innermost(v)  # (a dual's primal: the buffer the loop below looks up)
         if type(v) is np.ndarray and v.base is None and id(v) not in self._last_write:
             return  # (the loop's first test for an array that owns its memory: RK4's theta[k])
         # Up the chain of views to the first handle that is current, then view again on the
