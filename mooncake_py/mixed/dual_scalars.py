@@ -115,7 +115,9 @@ def _tangent_of(op, present, pa, pb, y, ta, tb):
     if not prog.has_tangent:
         return None
     ty, = prog.np_fn(pa, pb, y, None, ta, tb, None)
-    return ty if getattr(ty, "dtype", None) == _F64_DT else _cast(ty, _F64_DT)
+    # (not getattr(ty, "dtype", None) == float64: np.dtype(float64) == None holds, so a Python
+    # 0 from select(ta == 0, 0, ...) kept its type where the general path gives float64 0.0)
+    return ty if type(ty) is _F64 else _cast(ty, _F64_DT)
 
 
 def _recordable(tape, op):
@@ -276,7 +278,7 @@ def _unary_node(op, ufunc, d, tag):
         fwd = op.reusing()
     if fwd is not None:  # (_tangent_of's program and cast, keeping the derivative)
         d1, ty = fwd(pa, y, ta)
-        if type(ty) is not _F64 and getattr(ty, "dtype", None) != _F64_DT:
+        if type(ty) is not _F64:  # (see _tangent_of)
             ty = _cast(ty, _F64_DT)
         yd = DualArray(y, ty, tag)
         return yd, DualPullback(op, d, None, yd, (True,), d1)
