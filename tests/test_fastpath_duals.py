@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
+from mooncake_py.mixed.dual_scalars import DualPullback
 from mooncake_py.tape import Tape, TrackedArray
 from mooncake_py.tape import tape as tape_module
-from mooncake_py.mixed.dual_scalars import DualPullback
 from mooncake_py.tape.pullbacks import ItemRead
 
 
@@ -201,8 +201,8 @@ def test_float32_and_mixed_tags_take_the_general_path():
 
 
 def test_value_level_nodes_match_the_recorded_ones():
-    from mooncake_py.mixed.dual_scalars import binary_node, unary_node
     from mooncake_py.dual import DualArray, Tag
+    from mooncake_py.mixed.dual_scalars import binary_node, unary_node
     tag = Tag()
     a = DualArray(np.float64(0.7), np.float64(-1.5), tag)
     b = DualArray(np.float64(1.9), np.float64(0.25), tag)

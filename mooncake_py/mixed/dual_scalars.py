@@ -331,8 +331,18 @@ def getitem(self, key, builtin):
     ty = t[key]
     if type(ty) is not _F64:
         return None
-    return _record(tape, DualArray(y, ty, tag), ItemRead(p.shape, key), (self._node, None),
-                   getitem_fn)
+    # (_record and DualArray(y, ty, tag) written out: RK4 reads theta[k] a dozen times a step)
+    yd = _new(DualArray)
+    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, tag, None
+    pb = _new(ItemRead)
+    pb.shape, pb.key = p.shape, key
+    node = len(tape._parents)
+    tape._pullbacks.append(pb)
+    tape._parents.append((self._node, None))
+    tape._fns.append(getitem_fn)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = yd, tape, node
+    return r
 
 
 class DualPullback:

@@ -512,6 +512,10 @@ class Tape:
                                 cts[p] = gp
                             elif type(cur) is _F64 and type(gp) is _F64:  # (as _accumulate)
                                 cts[p] = cur + gp
+                            elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
+                                    _scalar_add is not None and \
+                                    (r := _scalar_add(cur, gp)) is not None:
+                                cts[p] = r
                             else:
                                 _accumulate(cts, owned, p, gp)
                         if gq is not None and q is not None:
@@ -520,6 +524,10 @@ class Tape:
                                 cts[q] = gq
                             elif type(cur) is _F64 and type(gq) is _F64:
                                 cts[q] = cur + gq
+                            elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
+                                    _scalar_add is not None and \
+                                    (r := _scalar_add(cur, gq)) is not None:
+                                cts[q] = r
                             else:
                                 _accumulate(cts, owned, q, gq)
                         continue
