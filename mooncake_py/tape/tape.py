@@ -986,6 +986,13 @@ def _accumulate(cts, owned, p, g):
         if r is not None:
             cts[p] = r
             return
+    if tc is IndexedCotangentList and type(g) is IndexedCotangent:
+        # one more read x[i] of dual values (an item read's contribution in forward-over-reverse):
+        # what the sparse case below does, without the cases before it, none of which takes a list
+        cur.items.append(g)
+        if g.shape != cur.shape:
+            cts[p] = IndexedCotangentList(g.shape, cur.items)
+        return
     if type(cur) is tuple:  # cotangent of a multi-output node
         cts[p] = tuple(a if b is None else b if a is None else _add(a, b) for a, b in zip(cur, g))
         return
