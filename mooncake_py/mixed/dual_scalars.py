@@ -311,15 +311,15 @@ def unary(self, ufunc):
 def getitem(self, key, builtin):
     """``self[key]``, an int key into a float64 array of duals without lanes: the node the
     general getitem rule records (its pullback is ItemRead's), with the tangent the getitem
-    frule reads; None when the general path must run."""
+    frule reads; None when the general path must run. On a MutatingTape the caller
+    (fastpath.py's ``__getitem__``) has brought ``self`` up to date already, as
+    MutatingTape.record does first."""
     tape = self._tape
     tt = type(tape)
     if (tt is not Tape and tt is not MutatingTape) or tape._debug or \
             _SWEEPING.get() > tape._level or \
             RRULES.get(getitem_fn) is not builtin:
         return None
-    if tt is MutatingTape and self._node < tape._max_write:
-        tape._fresh(self, "read", getitem_fn)  # (MutatingTape.record's first step)
     d = self._value
     tag = d._tag
     p, t = d._value, d._tangent
