@@ -412,3 +412,19 @@ def test_debug_mode_records_no_generated_node():
         y = x[0] * x[1] + 2.0 * x[0] - x[1] / 3
     assert not any(isinstance(pb, dual_scalars.DualPullback) for pb in tape._pullbacks)
     assert type(y._value) is mp.DualArray
+
+
+def test_item_read_through_a_stale_view_of_duals_is_viewed_again():
+    def f(x):
+        y = x * 1.0
+        w = y[1:]  # a view of y
+        y[1] = x[0] * x[2]  # the write makes w stale: its next read views y again
+        s = w[0] * x[1]
+        y[2] = s
+        return w[1] * w[0] + s
+    x, v = np.array([0.5, 1.5, -2.0]), np.array([1.0, -1.0, 0.5])
+    hv = mp.hvp(f)(x, v)
+    np.testing.assert_array_equal(hv, _general(mp.hvp(f), x, v))
+    h = 1e-6
+    fd = (mp.grad(f)(x + h * v) - mp.grad(f)(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
