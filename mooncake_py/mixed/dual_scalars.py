@@ -11,9 +11,11 @@ Bitwise equality with the general path holds by construction, not by transcripti
 tangent and the pullbacks call the very functions the general path ends in, the dual layer's
 generated programs (``dual.elementwise.program(...).np_fn``) with the same arguments, followed by
 the same casts; the pullback a node keeps holds the same operands (DualArrays or constants) as
-the general rule's closure. Anything unusual at sweep time (a cotangent that is not a scalar of
-this tag, a tag that has turned complex) is handed to the general rule's own partial
-derivative functions.
+the general rule's closure. For ``+ - * /`` the methods, pullbacks and the sweep's sum are
+generated (see the end of this module) with those programs' statements written inline, the text
+codegen gives for them, so they compute the same operations without the call. Anything
+unusual at sweep time (a cotangent that is not a scalar of this tag, a tag that has turned
+complex) is handed to the general rule's own partial derivative functions.
 
 Conditions (else the general path runs): a plain :class:`~mooncake_py.tape.tape.Tape` or
 :class:`~mooncake_py.tape.tape.MutatingTape` not in debug mode and not sweeping, the built-in rule of the function, duals of one tag without lanes
