@@ -503,33 +503,47 @@ class Tape:
                 ps = parents[i]
                 if len(ps) == 2 and len(gs) == 2:  # (binary ops, unrolled: no zip, no loop)
                     p, q = ps
-                    # (None: a constant operand, as in `0.5 * x` or an item read's index)
-                    if (type(p) is int or p is None) and (type(q) is int or q is None):
+                    if type(p) is int and type(q) is int:
                         gp, gq = gs
-                        if gp is not None and p is not None:
-                            cur = cts[p]
-                            if cur is None:
+                        if gp is not None:
+                            if cts[p] is None:
                                 cts[p] = gp
-                            elif type(cur) is _F64 and type(gp) is _F64:  # (as _accumulate)
-                                cts[p] = cur + gp
-                            elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
-                                    _scalar_add is not None and \
-                                    (r := _scalar_add(cur, gp)) is not None:
-                                cts[p] = r
-                            else:
-                                _accumulate(cts, owned, p, gp)
-                        if gq is not None and q is not None:
-                            cur = cts[q]
-                            if cur is None:
+                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                                cur = cts[p]
+                                if type(cur) is _F64 and type(gp) is _F64:
+                                    cts[p] = cur + gp
+                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
+                                        _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
+                                    cts[p] = r
+                                else:
+                                    _accumulate(cts, owned, p, gp)
+                        if gq is not None:
+                            if cts[q] is None:
                                 cts[q] = gq
-                            elif type(cur) is _F64 and type(gq) is _F64:
-                                cts[q] = cur + gq
-                            elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
-                                    _scalar_add is not None and \
-                                    (r := _scalar_add(cur, gq)) is not None:
-                                cts[q] = r
-                            else:
-                                _accumulate(cts, owned, q, gq)
+                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                                cur = cts[q]
+                                if type(cur) is _F64 and type(gq) is _F64:
+                                    cts[q] = cur + gq
+                                elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
+                                        _scalar_add is not None and (r := _scalar_add(cur, gq)) is not None:
+                                    cts[q] = r
+                                else:
+                                    _accumulate(cts, owned, q, gq)
+                        continue
+                    if q is None and type(p) is int:  # (a constant second operand: `x * 0.5`)
+                        gp = gs[0]
+                        if gp is not None:
+                            if cts[p] is None:
+                                cts[p] = gp
+                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                                cur = cts[p]
+                                if type(cur) is _F64 and type(gp) is _F64:
+                                    cts[p] = cur + gp
+                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
+                                        _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
+                                    cts[p] = r
+                                else:
+                                    _accumulate(cts, owned, p, gp)
                         continue
                 for p, gp in zip(ps, gs):
                     if p is None or gp is None:
