@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
+from mooncake_py.mixed.dual_scalars import DualPullback
 from mooncake_py.tape import Tape, TrackedArray
 from mooncake_py.tape import tape as tape_module
-from mooncake_py.mixed.dual_scalars import DualPullback
 from mooncake_py.tape.pullbacks import ItemRead
 
 
@@ -119,7 +119,8 @@ def test_nodes_recorded_by_the_short_path():
         b = a * x[1]
         c = np.sin(b)
     assert type(tape._pullbacks[a._node]) is ItemRead
-    assert type(tape._pullbacks[b._node]) is DualPullback
+    # a binary op's node holds the generated subclass for its operands (both duals here)
+    assert type(tape._pullbacks[b._node]).__bases__ == (DualPullback,)
     assert type(tape._pullbacks[c._node]) is DualPullback
     assert type(c) is TrackedArray and type(c._value) is mp.DualArray
     g, = tape.gradient(c, [x])
@@ -200,8 +201,8 @@ def test_float32_and_mixed_tags_take_the_general_path():
 
 
 def test_value_level_nodes_match_the_recorded_ones():
-    from mooncake_py.mixed.dual_scalars import binary_node, unary_node
     from mooncake_py.dual import DualArray, Tag
+    from mooncake_py.mixed.dual_scalars import binary_node, unary_node
     tag = Tag()
     a = DualArray(np.float64(0.7), np.float64(-1.5), tag)
     b = DualArray(np.float64(1.9), np.float64(0.25), tag)
@@ -269,3 +270,161 @@ def test_dual_item_writes_swap_floats_and_equal_the_general_write(monkeypatch):
     assert made.count("_DualItemWrite") == 15
     monkeypatch.setattr(tape_module, "_item_write", None)
     np.testing.assert_array_equal(hv, mp.hvp(rk4_writes)(th, v))
+
+
+# --- the generated per-op methods, pullbacks and sums ----------------------------------------
+_OPERATORS = {np.add: lambda a, b: a + b, np.subtract: lambda a, b: a - b,
+              np.multiply: lambda a, b: a * b, np.true_divide: lambda a, b: a / b}
+_VALUES = [(0.7, -1.5), (1.9, 0.0), (0.0, 0.25), (-3.0, 2.0)]
+_CONSTANTS = [2.0, 3, np.float64(-0.5), 0, 0.0]
+
+
+def _pair(v):
+    return (mp.primal(v), mp.tangent(v)) if type(v) is mp.DualArray else (v, None)
+
+
+def _same(c, c0):
+    assert (c is None) == (c0 is None)
+    if c is not None:
+        assert type(c) is type(c0)
+        p, t = _pair(c)
+        p0, t0 = _pair(c0)
+        assert np.array_equal(p, p0, equal_nan=True) and type(p) is type(p0)
+        assert (t is None and t0 is None) or (np.array_equal(t, t0, equal_nan=True) and
+                                              type(t) is type(t0))
+
+
+def _operand_pairs(tag):
+    from mooncake_py.dual import DualArray
+    duals = [DualArray(np.float64(p), np.float64(t), tag) for p, t in _VALUES]
+    for a in duals:
+        for b in duals:
+            yield a, b
+        for c in _CONSTANTS:
+            yield a, c
+            yield c, a
+
+
+@pytest.mark.parametrize("uf", list(_OPERATORS), ids=lambda u: u.__name__)
+def test_generated_binary_nodes_equal_the_general_rule_bitwise(uf):
+    from mooncake_py.dual import DualArray, Tag
+    from mooncake_py.mixed import dual_scalars
+    tag = Tag()
+    cotangents = [np.float64(1.25), np.float64(0.0), DualArray(np.float64(-0.5), np.float64(2.0),
+                                                               tag),
+                  DualArray(np.float64(1.0), np.float64(0.0), tag), np.array(0.75)]
+    with np.errstate(all="ignore"):
+        for a, b in _operand_pairs(tag):
+            with Tape() as tape:
+                ta, tb = (tape.track(v) if type(v) is DualArray else v for v in (a, b))
+                out = _OPERATORS[uf](ta, tb)  # the generated method (reflected for a constant a)
+            with mp.Config(debug_mode=True), Tape() as tape0:  # the general rule
+                ref = _OPERATORS[uf](*(tape0.track(v) if type(v) is DualArray else v
+                                       for v in (a, b)))
+            assert not isinstance(tape0._pullbacks[ref._node], dual_scalars.DualPullback)
+            pb = tape._pullbacks[out._node]
+            if type(a) is np.float64:  # NumPy's scalar operator runs first: the ufunc path
+                continue
+            assert type(pb).__bases__ == (dual_scalars.DualPullback,), (uf, a, b)
+            assert tape._fns[out._node] is uf
+            _same(out._value, ref._value)
+            assert tape._parents[out._node] == tuple(
+                v._node if type(v) is TrackedArray else None for v in (ta, tb))
+            for g in cotangents:
+                got = pb(g)
+                want = tape0._pullbacks[ref._node](g)
+                # and the class it specialises, on the same node
+                plain = dual_scalars.DualPullback.__call__(pb, g)
+                assert len(got) == len(want) == len(plain) == 2
+                for c, c0, c1 in zip(got, want, plain):
+                    _same(c, c0)
+                    _same(c, c1)
+
+
+def test_generated_dual_sum_equals_the_general_one():
+    from mooncake_py.dual import DualArray, Tag
+    from mooncake_py.mixed import dual_scalars
+    tag, other = Tag(), Tag()
+    xs = [DualArray(np.float64(p), np.float64(t), tag) for p, t in _VALUES]
+    plain = [np.float64(2.5), np.float64(-0.0)]
+    for cur in xs + plain:
+        for g in xs + plain:
+            if type(cur) is not DualArray and type(g) is not DualArray:
+                assert dual_scalars.add(cur, g) is None
+                continue
+            r = dual_scalars.add(cur, g)
+            _same(r, dual_scalars._add_general(cur, g))
+            _same(r, _general(np.add, cur, g))
+    assert dual_scalars.add is not dual_scalars._add_general  # (the generated one is installed)
+    assert dual_scalars.add(xs[0], DualArray(np.float64(1.0), np.float64(1.0), other)) is None
+    assert dual_scalars.add(xs[0], np.array(1.0)) is None
+    assert dual_scalars.add(xs[0], 1.0) is None  # (a Python float is not a cotangent here)
+
+
+def test_mixed_python_numbers_in_a_loop_bitwise():
+    def f(x):
+        s = 0
+        for i in range(len(x)):
+            a = x[i]
+            s = s + 2 * a - a / 3 + 1.5 * a * a - (4 - a) / (a + 1) + np.float64(0.5) / a
+            s = 7 / s + s * 2 - 3.25
+        return s
+    x, v = _point(5, 4)
+    np.testing.assert_array_equal(mp.hvp(f)(x, v), _general(mp.hvp(f), x, v))
+
+
+def test_hvp_inside_jvp_and_jvp_of_grad_of_grad():
+    x, v = _point(4, 5)
+    u = np.array([0.5, -1.0, 0.25, 2.0])
+    hv, d = mp.jvp(lambda z: mp.hvp(loop_arith)(z, v), (x,), (u,))
+    np.testing.assert_array_equal(hv, mp.hvp(loop_arith)(x, v))
+    h = 1e-5
+    fd = (mp.hvp(loop_arith)(x + h * u, v) - mp.hvp(loop_arith)(x - h * u, v)) / (2 * h)
+    np.testing.assert_allclose(d, fd, rtol=1e-5, atol=1e-7)
+    with pytest.raises(mp.ReverseOverReverseError):
+        mp.jvp(mp.grad(mp.grad(lambda z: z[0] * z[1])), (x,), (u,))
+
+
+def test_a_rule_registered_for_multiply_turns_the_generated_path_off():
+    import mooncake_py.rules.registry as reg
+    calls = []
+    saved = reg.RRULES[np.multiply]
+
+    def rule(args, kwargs, needs):
+        calls.append(1)
+        return saved(args, kwargs, needs)
+    x, v = _point(4, 6)
+    want = mp.hvp(loop_arith)(x, v)
+    reg.RRULES[np.multiply] = rule
+    try:
+        got = mp.hvp(loop_arith)(x, v)
+        assert len(calls) >= 6 * len(x)  # every product of the loop went through the rule
+    finally:
+        reg.RRULES[np.multiply] = saved
+    np.testing.assert_array_equal(got, want)
+
+
+def test_debug_mode_records_no_generated_node():
+    from mooncake_py.mixed import dual_scalars
+    d = mp.dual(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+    with mp.Config(debug_mode=True), Tape() as tape:
+        x = tape.track(d)
+        y = x[0] * x[1] + 2.0 * x[0] - x[1] / 3
+    assert not any(isinstance(pb, dual_scalars.DualPullback) for pb in tape._pullbacks)
+    assert type(y._value) is mp.DualArray
+
+
+def test_item_read_through_a_stale_view_of_duals_is_viewed_again():
+    def f(x):
+        y = x * 1.0
+        w = y[1:]  # a view of y
+        y[1] = x[0] * x[2]  # the write makes w stale: its next read views y again
+        s = w[0] * x[1]
+        y[2] = s
+        return w[1] * w[0] + s
+    x, v = np.array([0.5, 1.5, -2.0]), np.array([1.0, -1.0, 0.5])
+    hv = mp.hvp(f)(x, v)
+    np.testing.assert_array_equal(hv, _general(mp.hvp(f), x, v))
+    h = 1e-6
+    fd = (mp.grad(f)(x + h * v) - mp.grad(f)(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)

@@ -11,9 +11,11 @@ Bitwise equality with the general path holds by construction, not by transcripti
 tangent and the pullbacks call the very functions the general path ends in, the dual layer's
 generated programs (``dual.elementwise.program(...).np_fn``) with the same arguments, followed by
 the same casts; the pullback a node keeps holds the same operands (DualArrays or constants) as
-the general rule's closure. Anything unusual at sweep time (a cotangent that is not a scalar of
-this tag, a tag that has turned complex) is handed to the general rule's own partial
-derivative functions.
+the general rule's closure. For ``+ - * /`` the methods, pullbacks and the sweep's sum are
+generated (see the end of this module) with those programs' statements written inline, the text
+codegen gives for them, so they compute the same operations without the call. Anything
+unusual at sweep time (a cotangent that is not a scalar of this tag, a tag that has turned
+complex) is handed to the general rule's own partial derivative functions.
 
 Conditions (else the general path runs): a plain :class:`~mooncake_py.tape.tape.Tape` or
 :class:`~mooncake_py.tape.tape.MutatingTape` not in debug mode and not sweeping, the built-in rule of the function, duals of one tag without lanes
@@ -24,10 +26,11 @@ import operator
 
 import numpy as np
 
+from ..dual.codegen import numpy_source
 from ..dual.dual_array import DualArray
 from ..dual.elementwise import _cast, _result_dtype, program, reusing_programs
 from ..rules.broadcasting import shape_of, unbroadcast
-from ..rules.derivative_table import TABLE
+from ..rules.derivative_table import NP_VOCABULARY, TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
 from ..tape.pullbacks import ItemRead
@@ -114,7 +117,9 @@ def _tangent_of(op, present, pa, pb, y, ta, tb):
     if not prog.has_tangent:
         return None
     ty, = prog.np_fn(pa, pb, y, None, ta, tb, None)
-    return ty if getattr(ty, "dtype", None) == _F64_DT else _cast(ty, _F64_DT)
+    # (not getattr(ty, "dtype", None) == float64: np.dtype(float64) == None holds, so a Python
+    # 0 from select(ta == 0, 0, ...) kept its type where the general path gives float64 0.0)
+    return ty if type(ty) is _F64 else _cast(ty, _F64_DT)
 
 
 def _recordable(tape, op):
@@ -196,7 +201,7 @@ def _binary_node(op, ufunc, a, b, pa, ta, pb, tb, present, tag):
     if ty is None:
         return None
     yd = DualArray(y, ty, tag)
-    return yd, DualPullback(op, a, b, yd, present)
+    return yd, _PULLBACKS.get((ufunc, present), DualPullback)(op, a, b, yd, present)
 
 
 def _operand(x, tag):
@@ -275,7 +280,7 @@ def _unary_node(op, ufunc, d, tag):
         fwd = op.reusing()
     if fwd is not None:  # (_tangent_of's program and cast, keeping the derivative)
         d1, ty = fwd(pa, y, ta)
-        if type(ty) is not _F64 and getattr(ty, "dtype", None) != _F64_DT:
+        if type(ty) is not _F64:  # (see _tangent_of)
             ty = _cast(ty, _F64_DT)
         yd = DualArray(y, ty, tag)
         return yd, DualPullback(op, d, None, yd, (True,), d1)
@@ -308,15 +313,15 @@ def unary(self, ufunc):
 def getitem(self, key, builtin):
     """``self[key]``, an int key into a float64 array of duals without lanes: the node the
     general getitem rule records (its pullback is ItemRead's), with the tangent the getitem
-    frule reads; None when the general path must run."""
+    frule reads; None when the general path must run. On a MutatingTape the caller
+    (fastpath.py's ``__getitem__``) has brought ``self`` up to date already, as
+    MutatingTape.record does first."""
     tape = self._tape
     tt = type(tape)
     if (tt is not Tape and tt is not MutatingTape) or tape._debug or \
             _SWEEPING.get() > tape._level or \
             RRULES.get(getitem_fn) is not builtin:
         return None
-    if tt is MutatingTape and self._node < tape._max_write:
-        tape._fresh(self, "read", getitem_fn)  # (MutatingTape.record's first step)
     d = self._value
     tag = d._tag
     p, t = d._value, d._tangent
@@ -328,8 +333,18 @@ def getitem(self, key, builtin):
     ty = t[key]
     if type(ty) is not _F64:
         return None
-    return _record(tape, DualArray(y, ty, tag), ItemRead(p.shape, key), (self._node, None),
-                   getitem_fn)
+    # (_record and DualArray(y, ty, tag) written out: RK4 reads theta[k] a dozen times a step)
+    yd = _new(DualArray)
+    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, tag, None
+    pb = _new(ItemRead)
+    pb.shape, pb.key = p.shape, key
+    node = len(tape._parents)
+    tape._pullbacks.append(pb)
+    tape._parents.append((self._node, None))
+    tape._fns.append(getitem_fn)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = yd, tape, node
+    return r
 
 
 class DualPullback:
@@ -438,7 +453,7 @@ class DualPullback:
         return unbroadcast(op.partials[k](g, a, b, self.y), shape_of(a if k == 0 else b))
 
 
-def add(cur, g):
+def _add_general(cur, g):
     """``cur + g`` for two cotangent contributions to one node when one of them is a dual
     scalar (the other a dual scalar of its tag or a float64 scalar): the add frule's result,
     computed directly; None for anything else (the sweep then adds them the general way)."""
@@ -479,3 +494,253 @@ def install(unary_ufuncs):
                 e.ufunc in unary_ufuncs) and not e.constant and e.ufunc not in _OPS:
             _OPS[e.ufunc] = _Op(e)
     _NEGATIVE[:] = [_OPS[np.negative]]
+    _PULLBACKS.clear()
+    for uf in (np.add, np.subtract, np.multiply, np.true_divide):
+        for present in ((True, True), (True, False), (False, True)):
+            _PULLBACKS[uf, present] = _pullback_class(_OPS[uf], present)
+    global add
+    add = _generated_add(_OPS[np.add])
+
+
+# --- generated short paths ------------------------------------------------------------------
+# binary() and DualPullback above look up the op's program and call it per op, then cast and
+# check its outputs; in a scalar loop that bookkeeping is most of an HVP's cost. The functions
+# below are generated once per (op, which operands are duals) with the statements of those very
+# programs inline (the text codegen.numpy_source gives them, so every value is computed by the
+# same operations in the same order as the general path: bitwise the same), and hand anything
+# they cannot finish as float64 scalars to the functions above.
+_PULLBACKS = {}  # (ufunc, present) -> DualPullback subclass with a generated __call__
+
+
+def _statements(prog, given=()):
+    """(source lines, names returned) of a program's NumPy function, without its def line."""
+    lines = numpy_source(prog.ir, "f", given=given).split("\n")
+    ret = lines[-1].strip()
+    if not (ret.startswith("return (") and ret.endswith(")")):
+        raise AssertionError(f"not a program's return: {ret}")
+    names = [n.strip() for n in ret[len("return ("):-1].split(",") if n.strip()]
+    return [ln.strip() for ln in lines[1:-1]], names
+
+
+def _indent(lines, n):
+    return "\n".join(" " * n + ln for ln in lines)
+
+
+def _exec(src, name, ns):
+    env = dict(NP_VOCABULARY)
+    env.update(ns)
+    exec(compile(src, f"<mooncake_py dual_scalars {name}>", "exec"), env)  # noqa: S102  (generated source, compiled here by design)
+    return env[name]
+
+
+def _dual(name, r, tr, fallback, indent):
+    """Lines making DualArray(r, tr, _tag) into ``name`` (its four slots, no __init__ call), or
+    ``fallback`` when a value is not a float64 scalar (the general code then casts it)."""
+    return _indent([f"if type({r}) is not _F64 or type({tr}) is not _F64:",
+                    f"    return {fallback}",
+                    f"{name} = _new(DualArray)",
+                    f"{name}._value, {name}._tangent, {name}._tag, {name}._kept = {r}, {tr},"
+                    + " _tag, None"], indent)
+
+
+_PB_TEMPLATE = """
+def __call__(self, G):
+    Y = self.y
+    _tag = Y._tag
+    _k = type(G)
+    if _k is DualArray:
+        if G._tag is not _tag or _tag._watch:
+            return _slow(self, G)
+        g, tg = G._value, G._tangent
+        if type(g) is not _F64 or type(tg) is not _F64:
+            return _slow(self, G)
+{operands}
+        y = Y._value
+{dual_blocks}
+        return ({rets})
+    if _k is _F64:
+        g, tg = G, None
+{operands}
+        y = Y._value
+{plain_blocks}
+        return ({rets})
+    return _slow(self, G)
+"""
+
+
+def _pullback_class(op, present):
+    """A DualPullback for ``op`` with operands ``present`` whose call does the work of
+    DualPullback.__call__ inline for a float64 or dual scalar cotangent."""
+    operands = []
+    for k, (v, t) in enumerate((("a", "ta"), ("b", "tb"))):
+        src = "self." + v
+        operands.append(f"{v}, {t} = {src}._value, {src}._tangent" if present[k] else
+                        f"{v}, {t} = {src}, None")
+    blocks = {}
+    for gdual in (True, False):
+        lines = []
+        for k in range(2):
+            if not present[k]:
+                continue
+            if op.unit[k] == "1":  # (as DualPullback: the cotangent itself)
+                lines.append(f"R{k} = G")
+                continue
+            body, names = _statements(op.pullback(k, (gdual,) + tuple(present)))
+            lines += body
+            if names == ["r", "tr"]:
+                lines.append(_dual(f"R{k}", "r", "tr", "_slow(self, G)", 0))
+            elif names == ["r"]:
+                lines += ["if type(r) is not _F64:", "    return _slow(self, G)", f"R{k} = r"]
+            else:
+                return DualPullback
+        blocks[gdual] = _indent("\n".join(lines).split("\n"), 8)
+    rets = ", ".join(f"R{k}" if present[k] else "None" for k in range(2))
+    src = _PB_TEMPLATE.format(operands=_indent(operands, 8), dual_blocks=blocks[True],
+                              plain_blocks=blocks[False], rets=rets)
+    call = _exec(src, "__call__", {"DualArray": DualArray, "_F64": _F64, "_new": _new,
+                                   "_slow": DualPullback.__call__})
+    return type(f"DualPullback_{op.ufunc.__name__}_{int(present[0])}{int(present[1])}",
+                (DualPullback,), {"__slots__": (), "__call__": call,
+                                  "__doc__": DualPullback.__doc__})
+
+
+_BINARY_TEMPLATE = """
+def method(self, other):
+    d = self._value
+    tape = self._tape
+    tt = type(tape)
+    if (tt is not Tape and tt is not MutatingTape) or tape._debug or \\
+            _SWEEPING.get() > tape._level or RRULES.get(ufunc) is not builtin:
+        return None
+    _tag = d._tag
+    p, t = d._value, d._tangent
+    if _tag._watch or type(p) is not _F64 or type(t) is not _F64:
+        return None
+    _k = type(other)
+    if _k is TrackedArray:
+        e = other._value
+        if other._tape is not tape or type(e) is not DualArray or e._tag is not _tag:
+            return None
+        q, s = e._value, e._tangent
+        if type(q) is not _F64 or type(s) is not _F64:
+            return None
+        {ab_tracked}
+        y = {y}
+        if type(y) is not _F64:
+            return None
+{body_tracked}
+        if type(ty) is not _F64:
+            return binary(self, other, ufunc, {reflected})
+        pb = _new(PB_TRACKED)
+        pb.a, pb.b, pb.present = {AB_tracked}, {present_tracked}
+        parents = {parents_tracked}
+    elif _k is _F64 or _k is float or (_k is int and -_MAX_INT <= other <= _MAX_INT):
+        {ab_const}
+        y = {y}
+        if type(y) is not _F64:
+            return None
+{body_const}
+        if type(ty) is not _F64:
+            return binary(self, other, ufunc, {reflected})
+        pb = _new(PB_CONST)
+        pb.a, pb.b, pb.present = {AB_const}, {present_const}
+        parents = {parents_const}
+    else:
+        return None
+    yd = _new(DualArray)
+    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, _tag, None
+    pb.op, pb.y, pb.d1 = op, yd, None
+    node = len(tape._parents)
+    tape._pullbacks.append(pb)
+    tape._parents.append(parents)
+    tape._fns.append(ufunc)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = yd, tape, node
+    return r
+"""
+
+
+def binary_method(ufunc, reflected):
+    """:func:`binary` for ``ufunc`` (one of ``+ - * /``) and ``reflected``, generated with the
+    op's frule statements inline: ``method(self, other)``, the node, or None when the general
+    path must run."""
+    op = _OPS.get(ufunc)
+    if op is None:
+        return lambda self, other: binary(self, other, ufunc, reflected)
+    present_tracked = (True, True)
+    present_const = (False, True) if reflected else (True, False)
+    bodies = []
+    for present in (present_tracked, present_const):
+        body, names = _statements(op.frule(present), given=("y",))
+        if names != ["ty"]:
+            return lambda self, other: binary(self, other, ufunc, reflected)
+        bodies.append(_indent(body, 8))
+    y = {np.add: "a + b", np.subtract: "a - b", np.multiply: "a * b"}.get(ufunc, "ufunc(a, b)")
+    src = _BINARY_TEMPLATE.format(
+        y=y, reflected=reflected, body_tracked=bodies[0], body_const=bodies[1],
+        ab_tracked="a, ta, b, tb = q, s, p, t" if reflected else "a, ta, b, tb = p, t, q, s",
+        AB_tracked="e, d" if reflected else "d, e", present_tracked=present_tracked,
+        parents_tracked="(other._node, self._node)" if reflected else "(self._node, other._node)",
+        ab_const="a, ta, b, tb = other, None, p, t" if reflected else
+        "a, ta, b, tb = p, t, other, None",
+        AB_const="other, d" if reflected else "d, other", present_const=present_const,
+        parents_const="(None, self._node)" if reflected else "(self._node, None)")
+    return _exec(src, "method", {
+        "Tape": Tape, "MutatingTape": MutatingTape, "TrackedArray": TrackedArray,
+        "DualArray": DualArray, "_F64": _F64, "_SWEEPING": _SWEEPING, "RRULES": RRULES,
+        "ufunc": ufunc, "builtin": op.builtin, "op": op, "_new": _new, "_MAX_INT": _MAX_INT,
+        "binary": binary, "PB_TRACKED": _PULLBACKS.get((ufunc, present_tracked), DualPullback),
+        "PB_CONST": _PULLBACKS.get((ufunc, present_const), DualPullback)})
+
+
+_ADD_TEMPLATE = """
+def add(cur, G):
+    _c, _k = type(cur), type(G)
+    if _c is DualArray:
+        _tag = cur._tag
+        a, ta = cur._value, cur._tangent
+        if _tag._watch or type(a) is not _F64 or type(ta) is not _F64:
+            return None
+        if _k is DualArray:
+            b, tb = G._value, G._tangent
+            if G._tag is not _tag or type(b) is not _F64 or type(tb) is not _F64:
+                return None
+            y = a + b
+{body_tt}
+        elif _k is _F64:
+            b, tb = G, None
+            y = a + b
+{body_tf}
+        else:
+            return None
+    elif _c is _F64 and _k is DualArray:
+        _tag = G._tag
+        b, tb = G._value, G._tangent
+        if _tag._watch or type(b) is not _F64 or type(tb) is not _F64:
+            return None
+        a, ta = cur, None
+        y = a + b
+{body_ft}
+    else:
+        return None
+    if type(y) is not _F64 or type(ty) is not _F64:
+        return _add_general(cur, G)
+    r = _new(DualArray)
+    r._value, r._tangent, r._tag, r._kept = y, ty, _tag, None
+    return r
+"""
+
+
+def _generated_add(op):
+    """:func:`_add_general` with the add frule's statements inline (same contract)."""
+    bodies = {}
+    for key, present in (("tt", (True, True)), ("tf", (True, False)), ("ft", (False, True))):
+        body, names = _statements(op.frule(present), given=("y",))
+        if names != ["ty"]:
+            return _add_general
+        bodies["body_" + key] = _indent(body, 12 if key != "ft" else 8)
+    return _exec(_ADD_TEMPLATE.format(**bodies), "add", {
+        "DualArray": DualArray, "_F64": _F64, "_new": _new, "_add_general": _add_general})
+
+
+add = _add_general  # (install() puts the generated one here)

@@ -175,7 +175,7 @@ def {name}(self, other):
                 r._value, r._tape, r._node = y, tape, node
                 return r
     if type(v) is DualArray:
-        r = dual_binary(self, other, ufunc, {reflected})
+        r = dual_binary(self, other)
         if r is not None:
             return r
     return general(self, other)
@@ -194,7 +194,8 @@ def _binary(ufunc, opname, reflected):
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
     ns = dict(_SHARED, Tape=Tape, MutatingTape=MutatingTape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
               RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray,
-              dual_binary=getattr(dual_scalars, "binary", None), builtin=_BUILTIN[ufunc], div=div,
+              dual_binary=None if dual_scalars is None else
+              dual_scalars.binary_method(ufunc, reflected), builtin=_BUILTIN[ufunc], div=div,
               general=ArrayOps.__dict__[name])
     exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)  # noqa: S102  (generated source, compiled here by design)
     return ns[name]
@@ -329,6 +330,7 @@ def install(duals=None):
         DualArray, dual_scalars = duals.DualArray, duals
         duals.install(set(_UNARY))
         _tape_module._scalar_add = duals.add
+        _tape_module._SCALAR_DUAL = duals.DualArray
     TrackedArray.__array_function__ = _array_function
     TrackedArray.__array_ufunc__ = _array_ufunc
     TrackedArray.__neg__ = _neg

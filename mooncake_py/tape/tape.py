@@ -508,13 +508,42 @@ class Tape:
                         if gp is not None:
                             if cts[p] is None:
                                 cts[p] = gp
-                            else:
-                                _accumulate(cts, owned, p, gp)
+                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                                cur = cts[p]
+                                if type(cur) is _F64 and type(gp) is _F64:
+                                    cts[p] = cur + gp
+                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
+                                        _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
+                                    cts[p] = r
+                                else:
+                                    _accumulate(cts, owned, p, gp)
                         if gq is not None:
                             if cts[q] is None:
                                 cts[q] = gq
-                            else:
-                                _accumulate(cts, owned, q, gq)
+                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                                cur = cts[q]
+                                if type(cur) is _F64 and type(gq) is _F64:
+                                    cts[q] = cur + gq
+                                elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
+                                        _scalar_add is not None and (r := _scalar_add(cur, gq)) is not None:
+                                    cts[q] = r
+                                else:
+                                    _accumulate(cts, owned, q, gq)
+                        continue
+                    if q is None and type(p) is int:  # (a constant second operand: `x * 0.5`)
+                        gp = gs[0]
+                        if gp is not None:
+                            if cts[p] is None:
+                                cts[p] = gp
+                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                                cur = cts[p]
+                                if type(cur) is _F64 and type(gp) is _F64:
+                                    cts[p] = cur + gp
+                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
+                                        _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
+                                    cts[p] = r
+                                else:
+                                    _accumulate(cts, owned, p, gp)
                         continue
                 for p, gp in zip(ps, gs):
                     if p is None or gp is None:
@@ -605,6 +634,8 @@ class MutatingTape(Tape):
         if a._node >= self._max_write:
             return
         v = a._value
+        if type(v) is not np.ndarray:
+            v = innermost(v)  # (a dual's primal: the buffer the loop below looks up)
         if type(v) is np.ndarray and v.base is None and id(v) not in self._last_write:
             return  # (the loop's first test for an array that owns its memory: RK4's theta[k])
         # Up the chain of views to the first handle that is current, then view again on the
@@ -956,10 +987,25 @@ def _accumulate(cts, owned, p, g):
     if cur is None:
         cts[p] = g
         return
-    if type(cur) is _F64 and type(g) is _F64:
+    tc = type(cur)
+    if tc is _F64 and type(g) is _F64:
         # two float64 scalars (a value read many times in a scalar loop): a 0-d buffer added
         # in place costs ~1 µs a contribution, the scalar sum ~0.1 µs, and rounds the same
         cts[p] = cur + g
+        return
+    if (tc is _SCALAR_DUAL or type(g) is _SCALAR_DUAL) and _scalar_add is not None:
+        # a dual contribution (forward-over-reverse of a scalar loop): none of the buffer cases
+        # below takes a dual scalar, so _scalar_add is asked first, not after all of them
+        r = _scalar_add(cur, g)
+        if r is not None:
+            cts[p] = r
+            return
+    if tc is IndexedCotangentList and type(g) is IndexedCotangent:
+        # one more read x[i] of dual values (an item read's contribution in forward-over-reverse):
+        # what the sparse case below does, without the cases before it, none of which takes a list
+        cur.items.append(g)
+        if g.shape != cur.shape:
+            cts[p] = IndexedCotangentList(g.shape, cur.items)
         return
     if type(cur) is tuple:  # cotangent of a multi-output node
         cts[p] = tuple(a if b is None else b if a is None else _add(a, b) for a, b in zip(cur, g))
@@ -1028,6 +1074,14 @@ _SPARSE = (IndexedCotangent, IndexedCotangentList)
 # cur + g for two scalar contributions of which one is a dual number, or None: set by
 # fastpath.install (mixed/dual_scalars.py), so that this module needs no import of the dual layer
 _scalar_add = None
+
+
+class _NoScalarDual:
+    """:data:`_SCALAR_DUAL` until fastpath.install sets it: no value is of this type."""
+
+
+# the type of the values _scalar_add takes (DualArray), set with it
+_SCALAR_DUAL = _NoScalarDual
 # split_item(g, key) -> g[key] (a copy), with g[key] zeroed in place, for a wrapped cotangent
 # ``g`` and an index of one element; None where the general path must run. Set by
 # replay/writes.py (dual numbers), so that this module needs no import of the dual layer.
