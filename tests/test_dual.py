@@ -9,7 +9,7 @@ import mooncake_py as mp
 from mooncake_py.config import Config
 from mooncake_py.core.dispatch import WRAPPER_TYPES
 from mooncake_py.dual import DualArray, dual, primal, tangent, elementwise as ew
-from mooncake_py.dual import core_rules, kernels_cpu
+from mooncake_py.dual import core_rules, kernels_cpu, lean
 from mooncake_py.dual.seeding import seed
 from mooncake_py.errors import MissingRuleError, MutationError, NonDifferentiableInputError, RuleError, TangentError, TrackingLostError
 from mooncake_py.transforms.forward import jvp
@@ -380,7 +380,7 @@ def test_seed_plain_arrays_like_nested_ones(borrow, lanes):
     x = [rng.standard_normal((4, 3)).astype(dt) for dt in (np.float64, np.float32)]
     v = [rng.standard_normal(((lanes,) if lanes else ()) + a.shape).astype(a.dtype) for a in x]
     tag, flat = seed(print, tuple(x), tuple(v), bool(lanes), borrow=borrow)
-    tag2, nested = seed(print, ((x[0],), (x[1],)), ((v[0],), (v[1],)), bool(lanes),
+    _, nested = seed(print, ((x[0],), (x[1],)), ((v[0],), (v[1],)), bool(lanes),
                         borrow=borrow)
     for d, (d2,), a, t in zip(flat, nested, x, v):
         assert type(d) is mp.DualArray and d._tag is tag and d._value is a
@@ -393,3 +393,19 @@ def test_seed_plain_arrays_like_nested_ones(borrow, lanes):
         seed(print, (x[0],), (v[0][..., :2],), bool(lanes))
     with pytest.raises(mp.NonDifferentiableInputError):
         seed(print, (np.arange(3),), (np.ones(3),), False)
+
+
+@pytest.mark.parametrize("axes", [(-1, -2), (0, 2), (1, 1)])
+def test_swapaxes_short_path_is_the_frules_view(axes, monkeypatch):
+    rng = np.random.default_rng(1)
+    d = dual(rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4)))
+    y = np.swapaxes(d, *axes)
+    with monkeypatch.context() as m:  # the dispatch to the registered rule
+        m.setattr(lean, "_SWAPAXES_NATIVE", [object()])
+        y2 = np.swapaxes(d, *axes)
+    for a, b in ((primal(y), primal(y2)), (tangent(y), tangent(y2))):
+        np.testing.assert_array_equal(a, b)
+        assert a.strides == b.strides and np.shares_memory(a, b)
+    assert np.shares_memory(tangent(y), tangent(d))
+    with pytest.raises(np.exceptions.AxisError):
+        np.swapaxes(d, 0, 3)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
-from mooncake_py.dual import core_rules
+from mooncake_py.dual import core_rules, lean
 from mooncake_py.rules.linear_algebra import _gemm_accumulate
 from mooncake_py.rules.registry import FRULES
 
@@ -153,21 +153,42 @@ def test_dual_matmul_every_rank(shape_a, shape_b, tb):
     np.testing.assert_allclose(t, want, rtol=1e-13, atol=1e-13)
 
 
-def test_matrix_hvp_takes_the_native_path(monkeypatch):
-    calls = []
-    real = core_rules.matrix_product_tangent
-    monkeypatch.setattr(core_rules, "matrix_product_tangent",
-                        lambda *a: calls.append(1) or real(*a))
+def test_matrix_hvp_takes_the_short_paths(monkeypatch):
+    """The HVP of a matrix product runs its three dual products through the dispatch's short
+    path (dual/lean.py), and equals bit for bit the native rule's and the registered rule's."""
     rng = np.random.default_rng(7)
     W, X = rng.standard_normal((6, 5)), rng.standard_normal((5, 4))
-    f = lambda W, X: np.sum(np.tanh(W @ X) ** 2)
+    f = lambda W, X: np.sum(np.tanh(W @ X.T.T) ** 2)
     v = (rng.standard_normal(W.shape), rng.standard_normal(X.shape))
-    hv = mp.hvp(f, argnums=(0, 1))(W, X, v)
+    calls = []
+    real = lean.matrix_product_tangent
+    with monkeypatch.context() as m:
+        m.setattr(lean, "matrix_product_tangent", lambda *a: calls.append(1) or real(*a))
+        short = mp.hvp(f, argnums=(0, 1))(W, X, v)
     assert len(calls) == 3  # the product and the two of its pullback
-    monkeypatch.setattr(core_rules, "matrix_product_tangent", real)
-    monkeypatch.setattr(FRULES[np.matmul], "_mc_native",
-                        lambda p, t, lanes, kw: core_rules._run_rule(
-                            np.matmul, FRULES[np.matmul], p, t, lanes, kw))
-    hv2 = mp.hvp(f, argnums=(0, 1))(W, X, v)
-    for h, h2 in zip(hv, hv2):
+    with monkeypatch.context() as m:  # the dispatch to the native rule
+        m.setattr(lean, "_MATMUL_NATIVE", [object()])
+        m.setattr(core_rules, "matrix_product_tangent", lambda *a: calls.append(2) or real(*a))
+        native = mp.hvp(f, argnums=(0, 1))(W, X, v)
+    assert calls.count(2) == 3
+    with monkeypatch.context() as m:  # the registered lane-aware rule
+        m.setattr(lean, "_MATMUL_NATIVE", [object()])
+        m.setattr(FRULES[np.matmul], "_mc_native",
+                  lambda p, t, lanes, kw: core_rules._run_rule(
+                      np.matmul, FRULES[np.matmul], p, t, lanes, kw))
+        registered = mp.hvp(f, argnums=(0, 1))(W, X, v)
+    assert len(calls) == 6
+    for h, h1, h2 in zip(short, native, registered):
+        np.testing.assert_array_equal(h, h1)
         np.testing.assert_array_equal(h, h2)
+
+
+def test_short_path_declines_what_it_does_not_cover():
+    rng = np.random.default_rng(8)
+    d = mp.dual(rng.standard_normal((3, 4)), rng.standard_normal((3, 4)))
+    tag = d._tag
+    assert lean.matmul(tag, d, rng.standard_normal(4)) is None        # a 1-D operand
+    assert lean.matmul(tag, d, rng.standard_normal((2, 4, 2))) is None  # a batch
+    assert lean.matmul(tag, d, [[1.0]] * 4) is None                     # a list
+    y = lean.matmul(tag, d, np.eye(4, dtype=int))                       # an integer constant
+    np.testing.assert_array_equal(mp.tangent(y), mp.tangent(d))
