@@ -9,7 +9,8 @@ import mooncake_py as mp
 from mooncake_py.config import Config
 from mooncake_py.core.dispatch import WRAPPER_TYPES
 from mooncake_py.dual import DualArray, dual, primal, tangent, elementwise as ew
-from mooncake_py.dual import core_rules, kernels_cpu
+from mooncake_py.dual import core_rules, kernels_cpu, lean
+from mooncake_py.dual.seeding import seed
 from mooncake_py.errors import MissingRuleError, MutationError, NonDifferentiableInputError, RuleError, TangentError, TrackingLostError
 from mooncake_py.transforms.forward import jvp
 from mooncake_py.rules import lanes as L
@@ -369,3 +370,42 @@ def test_tangent_of_the_smaller_operand_is_widened_to_the_output(lanes):
     want = -np.sum(v, axis=-1)[..., None, None] * np.ones((3, 4))
     assert dy.shape == want.shape
     np.testing.assert_array_equal(dy, want)
+
+
+# --- seeding plain real arrays: the short path equals the general one --------------------------
+@pytest.mark.parametrize("borrow", [False, True])
+@pytest.mark.parametrize("lanes", [0, 3])
+def test_seed_plain_arrays_like_nested_ones(borrow, lanes):
+    rng = np.random.default_rng(0)
+    x = [rng.standard_normal((4, 3)).astype(dt) for dt in (np.float64, np.float32)]
+    v = [rng.standard_normal(((lanes,) if lanes else ()) + a.shape).astype(a.dtype) for a in x]
+    tag, flat = seed(print, tuple(x), tuple(v), bool(lanes), borrow=borrow)
+    _, nested = seed(print, ((x[0],), (x[1],)), ((v[0],), (v[1],)), bool(lanes),
+                        borrow=borrow)
+    for d, (d2,), a, t in zip(flat, nested, x, v):
+        assert type(d) is mp.DualArray and d._tag is tag and d._value is a
+        np.testing.assert_array_equal(d._tangent, d2._tangent)
+        assert d._tangent.flags.writeable == d2._tangent.flags.writeable == (not borrow)
+        assert np.shares_memory(d._tangent, t) == borrow  # a copy unless lent
+    with pytest.raises(mp.TangentError):  # a direction of another dtype is still refused
+        seed(print, (x[0],), (v[0].astype(np.float32),), bool(lanes))
+    with pytest.raises(mp.TangentError):  # ... and one of another shape
+        seed(print, (x[0],), (v[0][..., :2],), bool(lanes))
+    with pytest.raises(mp.NonDifferentiableInputError):
+        seed(print, (np.arange(3),), (np.ones(3),), False)
+
+
+@pytest.mark.parametrize("axes", [(-1, -2), (0, 2), (1, 1)])
+def test_swapaxes_short_path_is_the_frules_view(axes, monkeypatch):
+    rng = np.random.default_rng(1)
+    d = dual(rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4)))
+    y = np.swapaxes(d, *axes)
+    with monkeypatch.context() as m:  # the dispatch to the registered rule
+        m.setattr(lean, "_SWAPAXES_NATIVE", [object()])
+        y2 = np.swapaxes(d, *axes)
+    for a, b in ((primal(y), primal(y2)), (tangent(y), tangent(y2))):
+        np.testing.assert_array_equal(a, b)
+        assert a.strides == b.strides and np.shares_memory(a, b)
+    assert np.shares_memory(tangent(y), tangent(d))
+    with pytest.raises(np.exceptions.AxisError):
+        np.swapaxes(d, 0, 3)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import mooncake_py as mp
+from mooncake_py.dual import core_rules, lean
 from mooncake_py.rules.linear_algebra import _gemm_accumulate
 from mooncake_py.rules.registry import FRULES
 
@@ -80,3 +81,114 @@ def test_mlp_hvp_matches_gradient_differences():
     _, _, hv2 = mp.value_and_hvp(cache, f, v, *args)  # replayed: equal to the first call
     for h, h2 in zip(hv, hv2):
         np.testing.assert_array_equal(h, h2)
+
+
+# --- the dual matmul of two plain matrices without lanes (dual/core_rules.py's native path) ---
+def _dual_layouts(x):
+    return {**_layouts(x), "T": np.ascontiguousarray(x.T).T}
+
+
+def _registered(a, b, da, db):
+    """The registered lane-aware rule, one lane added and dropped: the path the native one
+    must equal bit for bit."""
+    rule = FRULES[np.matmul]
+    y, t = rule((a, b), (None if da is None else da[None], None if db is None else db[None]))
+    return y, None if t is None else t[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("la", ["C", "F", "strided", "T"])
+@pytest.mark.parametrize("lb", ["C", "F", "strided", "T"])
+@pytest.mark.parametrize("which", ["both", "a", "b"])
+def test_native_matmul_equals_registered_rule_bitwise(dtype, la, lb, which):
+    rng = np.random.default_rng(4)
+    a0, b0 = rng.standard_normal((9, 6)), rng.standard_normal((6, 8))
+    da0, db0 = rng.standard_normal(a0.shape), rng.standard_normal(b0.shape)
+    if dtype is np.complex128:
+        a0, da0 = a0 + 1j * rng.standard_normal(a0.shape), da0 - 0.5j
+    a, b, da, db = (_dual_layouts(x.astype(dtype))[lay]
+                    for x, lay in ((a0, la), (b0, lb), (da0, la), (db0, lb)))
+    da = None if which == "b" else da
+    db = None if which == "a" else db
+    native = FRULES[np.matmul]._mc_native
+    y, t = native([a, b], [da, db], 0, {})
+    y2, t2 = _registered(a, b, da, db)
+    np.testing.assert_array_equal(y, y2)
+    assert t.dtype == t2.dtype and t.shape == t2.shape
+    np.testing.assert_array_equal(t, t2)
+
+
+def test_native_matmul_with_an_integer_constant():
+    rng = np.random.default_rng(5)
+    a, da = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    m = rng.integers(-3, 4, (3, 5))
+    y, t = FRULES[np.matmul]._mc_native([a, m], [da, None], 0, {})
+    y2, t2 = _registered(a, m, da, None)
+    np.testing.assert_array_equal(y, y2)
+    np.testing.assert_array_equal(t, t2)
+
+
+def _jvp_case(shape_a, shape_b, transpose_b=False):
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    da, db = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    if transpose_b:
+        f = lambda a, b: a @ np.swapaxes(b, -1, -2)
+        want = da @ np.swapaxes(b, -1, -2) + a @ np.swapaxes(db, -1, -2)
+    else:
+        f = lambda a, b: a @ b
+        want = da @ b + a @ db
+    return f, (a, b), (da, db), want
+
+
+@pytest.mark.parametrize("shape_a,shape_b,tb", [
+    ((5, 4), (4, 3), False), ((5, 4), (3, 4), True),        # matrices (native), a transpose
+    ((4,), (4, 3), False), ((5, 4), (4,), False), ((4,), (4,), False),  # 1-D operands
+    ((2, 5, 4), (4, 3), False), ((5, 4), (2, 4, 3), False),  # batched, broadcast
+    ((2, 5, 4), (2, 3, 4), True)])
+def test_dual_matmul_every_rank(shape_a, shape_b, tb):
+    f, primals, tangents, want = _jvp_case(shape_a, shape_b, tb)
+    y, t = mp.jvp(f, primals, tangents)
+    np.testing.assert_array_equal(y, f(*primals))
+    np.testing.assert_allclose(t, want, rtol=1e-13, atol=1e-13)
+
+
+def test_matrix_hvp_takes_the_short_paths(monkeypatch):
+    """The HVP of a matrix product runs its three dual products through the dispatch's short
+    path (dual/lean.py), and equals bit for bit the native rule's and the registered rule's."""
+    rng = np.random.default_rng(7)
+    W, X = rng.standard_normal((6, 5)), rng.standard_normal((5, 4))
+    f = lambda W, X: np.sum(np.tanh(W @ X.T.T) ** 2)
+    v = (rng.standard_normal(W.shape), rng.standard_normal(X.shape))
+    calls = []
+    real = lean.matrix_product_tangent
+    with monkeypatch.context() as m:
+        m.setattr(lean, "matrix_product_tangent", lambda *a: calls.append(1) or real(*a))
+        short = mp.hvp(f, argnums=(0, 1))(W, X, v)
+    assert len(calls) == 3  # the product and the two of its pullback
+    with monkeypatch.context() as m:  # the dispatch to the native rule
+        m.setattr(lean, "_MATMUL_NATIVE", [object()])
+        m.setattr(core_rules, "matrix_product_tangent", lambda *a: calls.append(2) or real(*a))
+        native = mp.hvp(f, argnums=(0, 1))(W, X, v)
+    assert calls.count(2) == 3
+    with monkeypatch.context() as m:  # the registered lane-aware rule
+        m.setattr(lean, "_MATMUL_NATIVE", [object()])
+        m.setattr(FRULES[np.matmul], "_mc_native",
+                  lambda p, t, lanes, kw: core_rules._run_rule(
+                      np.matmul, FRULES[np.matmul], p, t, lanes, kw))
+        registered = mp.hvp(f, argnums=(0, 1))(W, X, v)
+    assert len(calls) == 6
+    for h, h1, h2 in zip(short, native, registered):
+        np.testing.assert_array_equal(h, h1)
+        np.testing.assert_array_equal(h, h2)
+
+
+def test_short_path_declines_what_it_does_not_cover():
+    rng = np.random.default_rng(8)
+    d = mp.dual(rng.standard_normal((3, 4)), rng.standard_normal((3, 4)))
+    tag = d._tag
+    assert lean.matmul(tag, d, rng.standard_normal(4)) is None        # a 1-D operand
+    assert lean.matmul(tag, d, rng.standard_normal((2, 4, 2))) is None  # a batch
+    assert lean.matmul(tag, d, [[1.0]] * 4) is None                     # a list
+    y = lean.matmul(tag, d, np.eye(4, dtype=int))                       # an integer constant
+    np.testing.assert_array_equal(mp.tangent(y), mp.tangent(d))

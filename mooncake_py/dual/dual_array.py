@@ -159,7 +159,8 @@ class DualArray(ArrayOps):
     def __array_function__(self, func, types, args, kwargs):
         if func in LIKE_CONSTRUCTORS:  # np.zeros(shape, like=x): only `like` dispatches here
             return _like(self, func, args, kwargs)
-        if func is _np_sum or func is _np_reshape:  # (a sweep's broadcast sums)
+        # (a sweep's broadcast sums; the transposes of matrix products' pullbacks)
+        if func is _np_sum or func is _np_reshape or func is _np_swapaxes:
             tag = self._tag
             if not tag._watch and not tag.lanes:
                 r = LEAN_FUNCTIONS[0](self, func, args, kwargs)
@@ -275,8 +276,8 @@ def _no_lean(tag, fn, *operands):
 # [unary, binary]: the lean path of a table op's common call (see lean.py, which sets them);
 # each returns the result or None, where the general path runs.
 LEAN_OPS = [_no_lean, _no_lean]
-LEAN_FUNCTIONS = [_no_lean]  # [np.sum and np.reshape of a dual] (see lean.py)
-_np_sum, _np_reshape = np.sum, np.reshape
+LEAN_FUNCTIONS = [_no_lean]  # [np.sum, np.reshape, np.swapaxes of a dual] (see lean.py)
+_np_sum, _np_reshape, _np_swapaxes = np.sum, np.reshape, np.swapaxes
 
 # Operands that are neither wrappers nor containers of them.
 _PLAIN_OPERANDS = frozenset([np.ndarray, float, int, np.float64, np.float32, np.int64])

@@ -29,9 +29,11 @@ import numpy as np
 
 from ..config import _CONFIG as _DEBUG
 from ..core.array_ops import buffer_root
+from ..core.blas_threads import small
 from ..rules.derivative_table import Entry as _ENTRY
 from ..rules.derivative_table import on_new_entries
 from ..rules.elementwise import ew_pullback
+from ..rules.linear_algebra import matrix_product_tangent
 from ..rules.registry import FRULES
 from . import elementwise as ew
 from .dual_array import (
@@ -136,7 +138,9 @@ def binary(tag, uf, x, z):
         array([2., 0.])
     """
     op = _OPS.get(uf)
-    if op is None or FRULES.get(uf) is not op.rule or _DEBUG.get().debug_mode:
+    if op is None:
+        return matmul(tag, x, z) if uf is _np_matmul else None
+    if FRULES.get(uf) is not op.rule or _DEBUG.get().debug_mode:
         return None
     # (_split, written out for x and for z: calling it twice measured +1.6k instructions per
     # op, ~5% of a 3-vector op)
@@ -230,6 +234,37 @@ def binary(tag, uf, x, z):
     elif type(y) is _F64 and type(ty) is _F64:
         return DualArray(y, ty, tag)
     return wrap_result(uf, y, ty, [a, b], [ta, tb], tag)
+
+
+def matmul(tag, x, z):
+    """``x @ z`` for two matrices (duals of ``tag``, open, real and without lanes, or plain) as
+    the dual matmul's native rule (dual/core_rules.py) computes it, without the dispatch's
+    generic argument lists and result checks; None where that dispatch must run."""
+    if getattr(FRULES.get(_np_matmul), "_mc_native", None) is not _MATMUL_NATIVE[0] \
+            or _DEBUG.get().debug_mode:
+        return None
+    if type(x) is DualArray:
+        a, ta = x._value, x._tangent
+        if type(ta) is not _NDARRAY:
+            return None
+    else:
+        a, ta = x, None
+    if type(z) is DualArray:
+        b, tb = z._value, z._tangent
+        if type(tb) is not _NDARRAY:
+            return None
+    else:
+        b, tb = z, None
+    if type(a) is not _NDARRAY or type(b) is not _NDARRAY or a.ndim != 2 or b.ndim != 2:
+        return None
+    with small(a, b):
+        y, ty = matrix_product_tangent(a, b, ta, tb)
+    dt = y.dtype
+    # (three fresh products: what _paired keeps as it is)
+    if type(ty) is _NDARRAY and ty.dtype is dt and dt.kind == "f" and y.base is None \
+            and ty.base is None and ty.flags.c_contiguous:
+        return DualArray(y, ty, tag)
+    return wrap_result(_np_matmul, y, ty, [a, b], [ta, tb], tag)
 
 
 def unary(tag, uf, x):
@@ -518,9 +553,10 @@ def pullback(tag, args):
                        [None, None, tg, ta, tb, ty], tag)
 
 
-# --- np.sum and np.reshape of a dual (the broadcast sums of a sweep's cotangents) -------------
+# --- np.sum, np.reshape and np.swapaxes of a dual (a sweep's broadcast sums, the transposes
+# of matrix products' pullbacks) ------------------------------------------------------------------
 def array_function(d, func, args, kwargs):
-    """``func(*args, **kwargs)`` for ``func`` np.sum or np.reshape of the dual ``d`` (its first
+    """``func(*args, **kwargs)`` for ``func`` np.sum, np.reshape or np.swapaxes of the dual ``d`` (its first
     argument; its tag open, real and without lanes), as the dispatch to their frules computes
     it; None where that dispatch must run.
 
@@ -578,6 +614,16 @@ def array_function(d, func, args, kwargs):
                 buffer_root(rp) is buffer_root(p) and buffer_root(rt) is buffer_root(t):
             return DualArray(rp, rt, tag)
         return wrap_result(_np_reshape, rp, rt, [p, shape], [t, None], tag)
+    if func is _np_swapaxes:
+        if len(args) != 3 or kwargs or type(args[1]) is not int or type(args[2]) is not int \
+                or FRULES.get(_np_swapaxes) is not _SWAPAXES_RULE or \
+                getattr(_SWAPAXES_RULE, "_mc_native", None) is not _SWAPAXES_NATIVE[0]:
+            return None
+        rp, rt = _np_swapaxes(p, args[1], args[2]), _np_swapaxes(t, args[1], args[2])
+        # (views of p and t, always: the frule's pair, which _paired keeps as it is)
+        if rt.dtype is rp.dtype and rp.dtype.kind == "f":
+            return DualArray(rp, rt, tag)
+        return wrap_result(_np_swapaxes, rp, rt, [p, args[1], args[2]], [t, None, None], tag)
     return None
 
 
@@ -608,11 +654,14 @@ def sum_all(d):
 
 
 _add_reduce = np.add.reduce
-_np_sum, _np_reshape = np.sum, np.reshape
+_np_sum, _np_reshape, _np_swapaxes = np.sum, np.reshape, np.swapaxes
 _SUM_RULE = FRULES[np.sum]
 _RESHAPE_RULE = FRULES[np.reshape]
+_SWAPAXES_RULE = FRULES[np.swapaxes]
 # (the natives core_rules.py puts on the registered frules, read by install())
-_SUM_NATIVE, _RESHAPE_NATIVE = [object()], [object()]
+_SUM_NATIVE, _RESHAPE_NATIVE, _SWAPAXES_NATIVE = [object()], [object()], [object()]
+_np_matmul = np.matmul
+_MATMUL_NATIVE = [object()]
 
 
 def install():
@@ -620,6 +669,8 @@ def install():
     mooncake_py/registration.py calls it once every rule is registered)."""
     _SUM_NATIVE[0] = getattr(_SUM_RULE, "_mc_native", None)
     _RESHAPE_NATIVE[0] = getattr(_RESHAPE_RULE, "_mc_native", None)
+    _SWAPAXES_NATIVE[0] = getattr(_SWAPAXES_RULE, "_mc_native", None)
+    _MATMUL_NATIVE[0] = getattr(FRULES[np.matmul], "_mc_native", None)
     LEAN_OPS[:] = [unary, binary]
     KEPT_PULLBACK[1] = pullback
     LEAN_FUNCTIONS[:] = [array_function]

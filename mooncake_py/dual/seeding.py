@@ -60,6 +60,13 @@ def seed(f, primals, tangents, lanes, borrow=False):
         if t is None:
             args.append(p)
             continue
+        if type(p) is np.ndarray and type(t) is np.ndarray and p.dtype.kind == "f" \
+                and t.dtype == p.dtype and t.shape == ((k,) + p.shape if k else p.shape):
+            # (a real array and a direction that suits it, the arguments of every prepared HVP
+            # call: what the general path below checks holds, so none of its flattening,
+            # paths and messages is built)
+            args.append(DualArray(p, lent(t) if borrow else t.copy(), tag))
+            continue
         pl, ptree = flatten(p)
         tl, ttree = flatten(t)
         if ttree != ptree:

@@ -195,25 +195,47 @@ def _gemm_accumulate(ta, a, db):
     ``ta`` and plain float matrices: the tangent's second product lands in the first one's
     buffer, with neither a second output nor the pass that adds it. False (nothing done) for
     any other operands."""
-    if type(ta) is not np.ndarray or type(a) is not np.ndarray or type(db) is not np.ndarray \
-            or ta.ndim != 3 or a.ndim != 2 or db.ndim != 3 or ta.shape[0] != 1 \
-            or db.shape[0] != 1 or not ta.flags.c_contiguous or not ta.flags.writeable:
+    if type(ta) is not np.ndarray or type(db) is not np.ndarray or ta.ndim != 3 \
+            or db.ndim != 3 or ta.shape[0] != 1 or db.shape[0] != 1:
         return False
-    dt = ta.dtype
-    if dt.char not in "fd" or a.dtype != dt or db.dtype != dt or not ta.size \
-            or ta.shape[1:] != (a.shape[0], db.shape[2]) or a.shape[1] != db.shape[1]:
+    return gemm_into(ta[0], a, db[0])
+
+
+def gemm_into(c, a, b):
+    """``c += a @ b`` in place by one gemm with beta = 1, for a C-ordered writeable float
+    matrix ``c`` and plain float matrices of its dtype; False (nothing done) for any other
+    operands."""
+    if type(c) is not np.ndarray or type(a) is not np.ndarray or type(b) is not np.ndarray \
+            or c.ndim != 2 or a.ndim != 2 or b.ndim != 2 or not c.flags.c_contiguous \
+            or not c.flags.writeable:
         return False
-    # (ta + a db)ᵀ = dbᵀ aᵀ + taᵀ, and taᵀ is the Fortran reading of the C-ordered ta
-    x, y = _gemm_operand(db[0].T), _gemm_operand(a.T)
+    dt = c.dtype
+    if dt.char not in "fd" or a.dtype != dt or b.dtype != dt or not c.size \
+            or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
+        return False
+    # (c + a b)ᵀ = bᵀ aᵀ + cᵀ, and cᵀ is the Fortran reading of the C-ordered c
+    x, y = _gemm_operand(b.T), _gemm_operand(a.T)
     fn = _blas_routine("gemm", dt)
     if x is None or y is None or fn is None:
         return False
-    c = ta[0].T
-    with small_blas(a, db, lib="scipy"):
-        r = fn(1.0, x[0], y[0], beta=1.0, c=c, overwrite_c=1, trans_a=x[1], trans_b=y[1])
-    if r is not c and not np.shares_memory(r, c):
-        c[...] = r  # (SciPy copied c after all: keep the result)
+    ct = c.T
+    with small_blas(a, b, lib="scipy"):
+        r = fn(1.0, x[0], y[0], beta=1.0, c=ct, overwrite_c=1, trans_a=x[1], trans_b=y[1])
+    if r is not ct and not np.shares_memory(r, ct):
+        ct[...] = r  # (SciPy copied c after all: keep the result)
     return True
+
+
+def matrix_product_tangent(a, b, da, db):
+    """``(a @ b, ȧ b + a ḃ)`` for plain matrices ``a``, ``b`` and tangents of their shapes
+    (either may be None: no tangent), computed exactly as the lane-aware rule computes a
+    one-lane tangent, without the lane axis: the dual matmul of a plan of matrix products
+    (forward and pullback alike) runs here, its per-call cost the three products."""
+    ta = None if da is None else np.matmul(da, b)
+    if ta is not None and db is not None and gemm_into(ta, a, db):
+        return np.matmul(a, b), ta
+    tb = None if db is None else np.matmul(a, db)
+    return np.matmul(a, b), _add_products(ta, tb)
 
 
 def _add_products(ta, tb):
