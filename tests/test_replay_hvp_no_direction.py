@@ -1,8 +1,9 @@
-"""An HVP cache called with no direction for a float argument (``v = (v, None)``): that
-argument is still differentiated (its gradient and its row of H·v come back) but is a plain
-value among duals. The cache must replay it (as a tracked plain leaf whose kind is guarded),
-give what a fresh recording gives, follow a changed value of that argument, and record again
-when the direction is given after all (or taken away)."""
+"""An HVP cache called with no direction for a float argument (``v = (v, None)``; a Python or
+NumPy float, a 0-d or a 1-d float array): that argument is still differentiated (its gradient
+and its row of H·v come back) but is a plain value among duals. The cache must replay it (as a
+tracked plain leaf whose kind is guarded), give what a fresh recording gives, follow a changed
+value of that argument, and record again when the direction is given after all (or taken
+away)."""
 import warnings
 
 import numpy as np
@@ -105,3 +106,48 @@ def test_derivative_cache_with_a_float_leaf_without_tangent_is_unchanged():
             want = mp.jvp(f, ((x + k, 0.3),), ((np.ones(4), None),))
             np.testing.assert_allclose((y, t), want, rtol=1e-14)
     assert not c._replay.disabled and c._replay.failures == 0
+
+
+def _exactly(got, want):
+    y, gs, hvs = got
+    wy, wgs, whvs = want
+    assert np.array_equal(y, wy)
+    for a, b in zip(gs + hvs, wgs + whvs):
+        assert type(a) is type(b) and np.shape(a) == np.shape(b)
+        assert np.array_equal(a, b)
+
+
+def _mixed(x, a):
+    # array ops on a (elementwise, so a 1-d a keeps its shape) and scalar steps reading it
+    s = np.sum(np.sin(x[:3]) * a) + np.sum(x * x) * np.sum(a * a)
+    for i in range(3):
+        s = s + np.cos(x[i]) * np.sum(a) * x[i]
+    return s
+
+
+@pytest.mark.parametrize("kind", [float, np.float64, lambda a: np.array(a),
+                                  lambda a: np.array([a, 2.0 * a, -a])],
+                         ids=["float", "float64", "0-d", "1-d"])
+def test_replays_bitwise_like_recording_every_call_and_follows_the_new_value(kind):
+    rng = np.random.default_rng(3)
+    f = _mixed
+    x0 = rng.standard_normal(8)
+    c = mp.prepare_hvp_cache(f, x0, kind(0.3))
+    ref = mp.prepare_hvp_cache(f, x0, kind(0.3), replay=False)
+    hvp = mp.hvp(f, argnums=(0, 1))
+    for a in (0.3, 0.3, -0.8, 1.7):
+        x, v = rng.standard_normal(8), rng.standard_normal(8)
+        args = (x, kind(a))
+        got = mp.value_and_hvp(c, f, (v, None), *args)
+        _exactly(got, mp.value_and_hvp(ref, f, (v, None), *args))
+        # the unprepared API's H·v for the same call (no direction for a: its part is zero)
+        want = hvp(x, kind(a), (v, None))
+        for h, w in zip(got[2], want):
+            np.testing.assert_allclose(h, w, rtol=1e-12, atol=1e-300)
+        # and a zero direction there gives the same row: None is no direction, not a new value
+        zero = np.zeros(np.shape(args[1])) if np.ndim(args[1]) else 0.0
+        np.testing.assert_allclose(got[2][1], hvp(x, kind(a), (v, zero))[1],
+                                   rtol=1e-12, atol=1e-300)
+        assert np.shape(got[2][1]) == np.shape(args[1])
+    assert c._replay.replays == 3 and not c._replay.disabled
+    assert ref._replay is None  # (replay=False: every call above was a recording)
