@@ -14,8 +14,9 @@ is then checked by wall clock, interleaved, before it is called a regression.
 
 Cases: ``per_op`` (``grad`` of a 100-iteration ``s = s + x[i]*x[i]`` loop: 300 recorded ops),
 ``grad_sum3`` (``grad(np.sum)`` of a 3-vector: the fixed cost of a call), ``hvp__sum_1000`` (the
-unprepared HVP of the suite's ``_sum_1000``), ``gp_lml_prepared_hvp`` and
-``gp_lml_prepared_grad`` (the suite's gp_lml, prepared HVP and gradient caches),
+unprepared HVP of the suite's ``_sum_1000``), ``hvp__sum_sin_1000`` (the same of
+``_sum_sin_1000``), ``gp_lml_prepared_hvp`` and ``gp_lml_prepared_grad`` (the suite's gp_lml,
+prepared HVP and gradient caches),
 ``simple_mlp_prepared_hvp`` (the suite's simple_mlp, prepared HVP cache), ``hvp_kron_const``
 (unprepared HVP of ``np.sum(np.kron(a, b))`` in ``a`` alone, ``b`` a constant 40 x 40: the
 symbolic-zero-tangent path), ``rk4_grad`` / ``rk4_hvp`` (the
@@ -65,6 +66,10 @@ elif case == "grad_sum3":
     call = lambda: g(x)
 elif case == "hvp__sum_1000":
     f = CASES["_sum_1000"].bind(xp)
+    h, x, v = mp.hvp(f), rng.standard_normal(1000), rng.standard_normal(1000)
+    call = lambda: h(x, v)
+elif case == "hvp__sum_sin_1000":
+    f = CASES["_sum_sin_1000"].bind(xp)
     h, x, v = mp.hvp(f), rng.standard_normal(1000), rng.standard_normal(1000)
     call = lambda: h(x, v)
 elif case == "gp_lml_prepared_hvp":
@@ -184,15 +189,16 @@ for _ in range(n):
     call()
 """
 
-CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "gp_lml_prepared_hvp", "gp_lml_prepared_grad",
-         "simple_mlp_prepared_hvp", "hvp_kron_const",
+CASES = ("per_op", "grad_sum3", "hvp__sum_1000", "hvp__sum_sin_1000", "gp_lml_prepared_hvp",
+         "gp_lml_prepared_grad", "simple_mlp_prepared_hvp", "hvp_kron_const",
          "rk4_grad", "rk4_hvp", "prepared_grad_sum", "prepared_hvp_sum", "compiled_grad_bsce",
          "compiled_hvp_bsce", "compiled_grad_sumsin", "compiled_hvp_sumsin", "compiled_grad_mapsce",
          "compiled_hvp_mapsce", "compiled_grad_rk4", "compiled_hvp_rk4") + tuple(
              f"compiled_{q}_loop_{name}{v}" for q in ("grad", "hvp")
              for name in ("_sum_1000", "_sum_sin_1000", "large_single_block")
              for v in ("", "_interp"))
-REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "gp_lml_prepared_hvp": 5,
+REPS = {"per_op": 20, "grad_sum3": 200, "hvp__sum_1000": 5, "hvp__sum_sin_1000": 5,
+        "gp_lml_prepared_hvp": 5,
         "gp_lml_prepared_grad": 10, "simple_mlp_prepared_hvp": 5,
         "hvp_kron_const": 5, "rk4_grad": 3, "rk4_hvp": 2, "prepared_grad_sum": 100,
         "prepared_hvp_sum": 100, "compiled_grad_bsce": 100, "compiled_hvp_bsce": 100,

@@ -119,9 +119,10 @@ def test_nodes_recorded_by_the_short_path():
         b = a * x[1]
         c = np.sin(b)
     assert type(tape._pullbacks[a._node]) is ItemRead
-    # a binary op's node holds the generated subclass for its operands (both duals here)
+    # a binary op's node holds the generated subclass for its operands (both duals here), a
+    # unary op's the one generated for its ufunc
     assert type(tape._pullbacks[b._node]).__bases__ == (DualPullback,)
-    assert type(tape._pullbacks[c._node]) is DualPullback
+    assert type(tape._pullbacks[c._node]).__bases__ == (DualPullback,)
     assert type(c) is TrackedArray and type(c._value) is mp.DualArray
     g, = tape.gradient(c, [x])
     assert np.allclose(mp.primal(g), [2 * np.cos(2.0), np.cos(2.0), 0.0])
@@ -428,3 +429,112 @@ def test_item_read_through_a_stale_view_of_duals_is_viewed_again():
     h = 1e-6
     fd = (mp.grad(f)(x + h * v) - mp.grad(f)(x - h * v)) / (2 * h)
     np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+
+
+# --- the generated unary methods and pullbacks ------------------------------------------------
+def _unary_ufuncs():
+    from mooncake_py.mixed import dual_scalars
+    return [uf for uf, op in dual_scalars._OPS.items() if op.nin == 1]
+
+
+_UNARY_VALUES = [(0.7, -1.5), (1.9, 0.0), (0.0, 0.25), (-3.0, 2.0), (-0.0, 1.0), (1e300, 1.0),
+                 (np.inf, 1.0), (-np.inf, 0.5), (np.nan, 1.0), (0.5, np.nan), (2.0, np.inf),
+                 (800.0, 1.0)]
+
+
+def test_every_table_unary_op_has_a_generated_method_and_pullback():
+    from mooncake_py.mixed import dual_scalars
+    ufs = _unary_ufuncs()
+    assert {np.sin, np.cos, np.exp, np.log, np.tanh, np.sqrt, np.negative} <= set(ufs)
+    for uf in ufs:
+        assert dual_scalars._UNARY_METHODS[uf].__name__ == "method", uf
+
+
+@pytest.mark.parametrize("uf", _unary_ufuncs(), ids=lambda u: u.__name__)
+def test_generated_unary_nodes_equal_the_general_rule_bitwise(uf):
+    from mooncake_py.dual import DualArray, Tag
+    from mooncake_py.mixed import dual_scalars
+    tag = Tag()
+    cotangents = [np.float64(1.25), np.float64(0.0), np.float64(np.nan), np.float64(-np.inf),
+                  DualArray(np.float64(-0.5), np.float64(2.0), tag),
+                  DualArray(np.float64(1.0), np.float64(0.0), tag),
+                  DualArray(np.float64(np.inf), np.float64(np.nan), tag), np.array(0.75)]
+    generated = 0
+    with np.errstate(all="ignore"):
+        for p, t in _UNARY_VALUES:
+            a = DualArray(np.float64(p), np.float64(t), tag)
+            with Tape() as tape:
+                ta = tape.track(a)
+                out = -ta if uf is np.negative else uf(ta)
+                out2 = dual_scalars._unary_general(ta, uf)  # the program calls, same tape
+            with mp.Config(debug_mode=True), Tape() as tape0:  # the general rule
+                ref = uf(tape0.track(a))
+            assert not isinstance(tape0._pullbacks[ref._node], dual_scalars.DualPullback)
+            if type(out._value) is not DualArray:  # (a non-float64 result: general path)
+                continue
+            pb = tape._pullbacks[out._node]
+            # (a tangent the program leaves as a Python number, as select(ta == 0, 0, ...)
+            # gives, is cast by the program-call path: the node is then that path's)
+            assert type(pb).__bases__ == (dual_scalars.DualPullback,) or \
+                type(pb) is dual_scalars.DualPullback and t == 0, (uf, p, t)
+            generated += type(pb) is not dual_scalars.DualPullback
+            assert type(tape._pullbacks[out2._node]) is dual_scalars.DualPullback
+            assert tape._fns[out._node] is uf and tape._parents[out._node] == (ta._node,)
+            _same(out._value, ref._value)
+            _same(out._value, out2._value)
+            for g in cotangents:
+                got = pb(g)
+                want = tape0._pullbacks[ref._node](g)
+                plain = tape._pullbacks[out2._node](g)  # the class it specialises
+                assert len(got) == len(want) == len(plain) == 1
+                _same(got[0], want[0])
+                _same(got[0], plain[0])
+    assert generated >= len(_UNARY_VALUES) - 2
+
+
+def test_unary_loop_with_special_values_bitwise():
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            a = x[i]
+            s = s + np.sqrt(a) + np.log(a) - np.exp(a) + np.tanh(-a) * np.cosh(a)
+        return s
+    x = np.array([0.0, -1.0, np.inf, 710.0, 2.0, np.nan])
+    v = np.array([1.0, 2.0, 0.5, 1.0, np.inf, 1.0])
+    with np.errstate(all="ignore"):
+        got = mp.hvp(f)(x, v)
+        want = _general(mp.hvp(f), x, v)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_rule_registered_for_sin_turns_the_generated_unary_path_off():
+    import mooncake_py.rules.registry as reg
+    from mooncake_py.mixed import dual_scalars
+    calls = []
+    saved = reg.RRULES[np.sin]
+
+    def rule(args, kwargs, needs):
+        calls.append(1)
+        return saved(args, kwargs, needs)
+    x, v = _point(4, 7)
+    want = mp.hvp(_sum_sin)(x, v)
+    reg.RRULES[np.sin] = rule
+    try:
+        got = mp.hvp(_sum_sin)(x, v)
+        assert len(calls) == len(x)  # every sin went through the rule
+        with Tape() as tape:
+            y = np.sin(tape.track(mp.dual(np.float64(0.5), np.float64(1.0))))
+        assert not isinstance(tape._pullbacks[y._node], dual_scalars.DualPullback)
+    finally:
+        reg.RRULES[np.sin] = saved
+    np.testing.assert_array_equal(got, want)
+
+
+def test_debug_mode_records_no_generated_unary_node():
+    from mooncake_py.mixed import dual_scalars
+    d = mp.dual(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+    with mp.Config(debug_mode=True), Tape() as tape:
+        x = tape.track(d)
+        y = np.sin(x[0]) + np.exp(-x[1]) - np.sqrt(x[1])
+    assert not any(isinstance(pb, dual_scalars.DualPullback) for pb in tape._pullbacks)
+    assert type(y._value) is mp.DualArray

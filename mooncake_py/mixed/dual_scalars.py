@@ -11,8 +11,8 @@ Bitwise equality with the general path holds by construction, not by transcripti
 tangent and the pullbacks call the very functions the general path ends in, the dual layer's
 generated programs (``dual.elementwise.program(...).np_fn``) with the same arguments, followed by
 the same casts; the pullback a node keeps holds the same operands (DualArrays or constants) as
-the general rule's closure. For ``+ - * /`` the methods, pullbacks and the sweep's sum are
-generated (see the end of this module) with those programs' statements written inline, the text
+the general rule's closure. For ``+ - * /`` and the unary ufuncs the methods, pullbacks and
+the sweep's sum are generated (see the end of this module) with those programs' statements written inline, the text
 codegen gives for them, so they compute the same operations without the call. Anything
 unusual at sweep time (a cotangent that is not a scalar of this tag, a tag that has turned
 complex) is handed to the general rule's own partial derivative functions.
@@ -26,7 +26,7 @@ import operator
 
 import numpy as np
 
-from ..dual.codegen import numpy_source
+from ..dual.codegen import numpy_source, numpy_source_given
 from ..dual.dual_array import DualArray
 from ..dual.elementwise import _cast, _result_dtype, program, reusing_programs
 from ..rules.broadcasting import shape_of, unbroadcast
@@ -294,6 +294,12 @@ def _unary_node(op, ufunc, d, tag):
 def unary(self, ufunc):
     """``ufunc(self)`` for a TrackedArray holding a dual scalar (fastpath.py's unary ufuncs),
     recorded directly; None when the general path must run."""
+    m = _UNARY_METHODS.get(ufunc)
+    return _unary_general(self, ufunc) if m is None else m(self)
+
+
+def _unary_general(self, ufunc):
+    """:func:`unary` by the op's program calls (what the generated methods fall back on)."""
     op = _OPS.get(ufunc)
     if op is None or op.nin != 1:
         return None
@@ -500,6 +506,10 @@ def install(unary_ufuncs):
             _PULLBACKS[uf, present] = _pullback_class(_OPS[uf], present)
     global add
     add = _generated_add(_OPS[np.add])
+    _UNARY_METHODS.clear()
+    for uf, op in _OPS.items():
+        if op.nin == 1:
+            _UNARY_METHODS[uf] = unary_method(op)
 
 
 # --- generated short paths ------------------------------------------------------------------
@@ -744,3 +754,147 @@ def _generated_add(op):
 
 
 add = _add_general  # (install() puts the generated one here)
+
+
+# --- generated unary steps ------------------------------------------------------------------
+# unary() above checks, looks up the op's reusing programs, calls the forward, casts, builds
+# the node; its DualPullback then picks a program by the cotangent's kind, calls it and checks
+# its outputs. As for + - * /, the method and pullback below are generated once per ufunc with
+# those programs' statements inline (the text codegen gives, in its order: bitwise the same),
+# and hand whatever is not a float64 scalar to the code above.
+_UNARY_METHODS = {}  # ufunc -> generated method(self), filled by install()
+
+
+def _given_statements(ir, given, returns):
+    """Source lines of :func:`~mooncake_py.dual.codegen.numpy_source_given` for ``ir`` (the
+    function reusing_programs runs), without its def and return lines."""
+    lines = numpy_source_given(ir, "f", (), given, returns).split("\n")
+    return [ln.strip() for ln in lines[1:-1]]
+
+
+_UNARY_PB_TEMPLATE = """
+def __call__(self, G):
+    Y = self.y
+    _tag = Y._tag
+    _k = type(G)
+    if _k is DualArray:
+        if G._tag is not _tag or _tag._watch:
+            return _slow(self, G)
+        g, tg = G._value, G._tangent
+        if type(g) is not _F64 or type(tg) is not _F64:
+            return _slow(self, G)
+        _A = self.a
+        a, ta = _A._value, _A._tangent
+        y = Y._value
+{dual_block}
+        return (R0,)
+    if _k is _F64:
+        g, tg = G, None
+        _A = self.a
+        a, ta = _A._value, _A._tangent
+        y = Y._value
+{plain_block}
+        return (R0,)
+    return _slow(self, G)
+"""
+
+
+def _result_lines(names):
+    """Lines binding R0 to a program's outputs ``names`` (r, or r and tr), or None."""
+    if names == ["r", "tr"]:
+        return _dual("R0", "r", "tr", "_slow(self, G)", 0).split("\n")
+    if names == ["r"]:
+        return ["if type(r) is not _F64:", "    return _slow(self, G)", "R0 = r"]
+    return None
+
+
+def _unary_pullback_class(op):
+    """A DualPullback for the unary ``op`` whose call does DualPullback._partial's work inline
+    for a float64 or dual scalar cotangent; DualPullback itself where the programs have an
+    unexpected form."""
+    blocks = {}
+    reusing = op.reusing() is not None
+    for gdual in (True, False):
+        present = (gdual, True)
+        if op.unit[0] == "-1":  # (as DualPullback: -g, or the negative's frule on g)
+            if not gdual:
+                lines = ["R0 = -g"]
+            else:
+                body, names = _statements(_NEGATIVE[0].frule((True,)), given=("y",))
+                if names != ["ty"]:
+                    return DualPullback
+                lines = ["_r = _negative(g)", "a, ta = g, tg"] + body + \
+                    _dual("R0", "_r", "ty", "_slow(self, G)", 0).split("\n")
+        elif op.unit[0] == "1":
+            lines = ["R0 = G"]
+        elif reusing:  # d: the forward's first derivative, kept on the node
+            ir = program(op.entry, "p", 0, present).ir
+            names = ["r"] + list(ir.touts)
+            lines = ["d = self.d1"] + _given_statements(ir, ("d",), names)
+            res = _result_lines(names)
+            if res is None:
+                return DualPullback
+            lines += res
+        else:
+            body, names = _statements(op.pullback(0, present))
+            res = _result_lines(names)
+            if res is None:
+                return DualPullback
+            lines = body + res
+        blocks[gdual] = _indent(lines, 8)
+    src = _UNARY_PB_TEMPLATE.format(dual_block=blocks[True], plain_block=blocks[False])
+    call = _exec(src, "__call__", {"DualArray": DualArray, "_F64": _F64, "_new": _new,
+                                   "_negative": np.negative, "_slow": DualPullback.__call__})
+    return type(f"DualPullback_{op.ufunc.__name__}", (DualPullback,),
+                {"__slots__": (), "__call__": call, "__doc__": DualPullback.__doc__})
+
+
+_UNARY_TEMPLATE = """
+def method(self):
+    tape = self._tape
+    tt = type(tape)
+    if (tt is not Tape and tt is not MutatingTape) or tape._debug or \\
+            _SWEEPING.get() > tape._level or RRULES.get(ufunc) is not builtin:
+        return None
+    _d = self._value
+    _tag = _d._tag
+    a, ta = _d._value, _d._tangent
+    if _tag._watch or type(a) is not _F64 or type(ta) is not _F64:
+        return None
+    y = ufunc(a)
+    if type(y) is not _F64:
+        return None
+{body}
+    if type(ty) is not _F64:
+        return _unary(self, ufunc)
+    yd = _new(DualArray)
+    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, _tag, None
+    pb = _new(PB)
+    pb.op, pb.a, pb.b, pb.y, pb.present, pb.d1 = op, _d, None, yd, _PRESENT, {d1}
+    node = len(tape._parents)
+    tape._pullbacks.append(pb)
+    tape._parents.append((self._node,))
+    tape._fns.append(ufunc)
+    r = _new(TrackedArray)
+    r._value, r._tape, r._node = yd, tape, node
+    return r
+"""
+
+
+def unary_method(op):
+    """:func:`unary` for the unary ``op``, generated with its frule statements inline:
+    ``method(self)``, the node, or None when the general path must run."""
+    ufunc = op.ufunc
+    if op.reusing() is not None:  # (the forward reusing_programs runs: d0 kept for the sweep)
+        body = _given_statements(program(op.entry, "f", 0, (True,)).ir, ("y",), ("d0", "ty"))
+        d1 = "d0"
+    else:
+        body, names = _statements(op.frule((True,)), given=("y",))
+        if names != ["ty"]:
+            return lambda self: unary(self, ufunc)
+        d1 = "None"
+    return _exec(_UNARY_TEMPLATE.format(body=_indent(body, 4), d1=d1), "method", {
+        "Tape": Tape, "MutatingTape": MutatingTape, "TrackedArray": TrackedArray,
+        "DualArray": DualArray, "_F64": _F64, "_SWEEPING": _SWEEPING, "RRULES": RRULES,
+        "ufunc": ufunc, "builtin": op.builtin, "op": op, "_new": _new, "_PRESENT": (True,),
+        "_unary": _unary_general, "PB": _unary_pullback_class(op)})
