@@ -553,7 +553,9 @@ def _dual(name, r, tr, fallback, indent):
                     + " _tag, None"], indent)
 
 
-_PB_TEMPLATE = """
+# the start of every generated dual pullback's __call__: a dual cotangent of another tag, a
+# watched tag or non-float64 parts go the general way (_slow)
+_PB_PRELUDE = """
 def __call__(self, G):
     Y = self.y
     _tag = Y._tag
@@ -564,7 +566,10 @@ def __call__(self, G):
         g, tg = G._value, G._tangent
         if type(g) is not _F64 or type(tg) is not _F64:
             return _slow(self, G)
-{operands}
+"""
+
+
+_PB_TEMPLATE = _PB_PRELUDE + """{operands}
         y = Y._value
 {dual_blocks}
         return ({rets})
@@ -772,18 +777,7 @@ def _given_statements(ir, given, returns):
     return [ln.strip() for ln in lines[1:-1]]
 
 
-_UNARY_PB_TEMPLATE = """
-def __call__(self, G):
-    Y = self.y
-    _tag = Y._tag
-    _k = type(G)
-    if _k is DualArray:
-        if G._tag is not _tag or _tag._watch:
-            return _slow(self, G)
-        g, tg = G._value, G._tangent
-        if type(g) is not _F64 or type(tg) is not _F64:
-            return _slow(self, G)
-        _A = self.a
+_UNARY_PB_TEMPLATE = _PB_PRELUDE + """        _A = self.a
         a, ta = _A._value, _A._tangent
         y = Y._value
 {dual_block}
