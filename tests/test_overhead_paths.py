@@ -463,3 +463,166 @@ def test_stale_item_read_on_a_mutating_tape_still_raises():
         return parts[0][0]
     with pytest.raises(mp.MutationError):
         mp.grad(f)(np.array([1.0, 2.0]))
+
+
+# --- the float64 binary nodes' pullbacks: factors / quotient data, run inline by the sweep ----
+_BINOPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+           "mul": lambda a, b: a * b, "div": lambda a, b: a / b}
+_SPECIAL = [1.5, -0.0, 0.0, np.inf, -np.inf, np.nan, -2.25]
+_CONST_KINDS = [np.float64, float, int]
+
+
+def _bits(c):
+    """(type, bytes of the primal, bytes of the tangent) of a cotangent: -0.0 and 0.0 differ."""
+    if c is None:
+        return None
+    if type(c) is mp.DualArray:
+        return (type(c), np.asarray(mp.primal(c)).tobytes(), type(mp.primal(c)),
+                np.asarray(mp.tangent(c)).tobytes(), type(mp.tangent(c)))
+    return type(c), np.asarray(c).tobytes(), getattr(c, "shape", None)
+
+
+def _binary_cases():
+    """(op, a, b, which): a, b values, which 0 both tracked, 1 a only, 2 b only, 3 a op a."""
+    for a in _SPECIAL:
+        for b in _SPECIAL:
+            yield a, b, 0
+        for k in _CONST_KINDS:
+            for c in (2.0, -0.0, 0.0, np.inf, np.nan, 3, 0):
+                if k is int and c != c or k is int and abs(c) == np.inf:
+                    continue
+                if k is int and c != int(c):
+                    continue
+                c = k(c)
+                yield a, c, 1
+                yield c, a, 2
+        yield a, a, 3
+
+
+def _cotangent_kinds():
+    from mooncake_py.dual import DualArray, Tag
+    tag = Tag()
+    for g in (1.25, -0.0, np.nan, np.inf):
+        yield np.float64(g)
+    yield np.array(0.75)
+    yield np.array(-0.0)
+    yield DualArray(np.float64(-0.5), np.float64(2.0), tag)
+    yield DualArray(np.float64(np.inf), np.float64(-0.0), tag)
+
+
+def _factories():
+    from mooncake_py.tape import fastpath
+    return {"add": fastpath._pb_add, "sub": fastpath._pb_sub, "mul": fastpath._pb_mul,
+            "div": fastpath._pb_div}
+
+
+_FACTORIES = _factories()
+
+
+def _bits_all(cs):
+    return [_bits(c) for c in cs]
+
+
+def _same_as_general(got, want, op, g):
+    """Bitwise; for division at a dual cotangent the primals only (the short path's
+    ``g * div(1, b)`` multiplies the tangent by the factor, so an inf or -0.0 tangent gives nan
+    or -0.0 there, where the rule's dual program, which drops the constant's zero tangent,
+    gives 0.0)."""
+    for c, c0 in zip(got, want):
+        if op == "div" and type(g) is mp.DualArray and c is not None:
+            assert _bits(mp.primal(c)) == _bits(mp.primal(c0))
+        else:
+            assert _bits(c) == _bits(c0), (op, g)
+
+
+def _node(op, a, b, which, debug):
+    """A tape with the node ``a op b`` (operands tracked per ``which``) and the tracked leaves."""
+    with mp.Config(debug_mode=debug):
+        tape = Tape()
+    xs = []
+    if which == 3:
+        ta = tape.track(np.float64(a))
+        xs, out = [ta], _BINOPS[op](ta, ta)
+    else:
+        ta = tape.track(np.float64(a)) if which in (0, 1) else a
+        tb = tape.track(np.float64(b)) if which in (0, 2) else b
+        xs = [t for t in (ta, tb) if type(t) is TrackedArray]
+        out = _BINOPS[op](ta, tb)
+    return tape, xs, out
+
+
+@pytest.mark.parametrize("op", list(_BINOPS))
+def test_float64_binary_pullbacks_bitwise_equal_to_the_general_rules(op):
+    from mooncake_py.tape.pullbacks import Quotient, cotangents
+    n = 0
+    with np.errstate(all="ignore"):
+        for a, b, which in _binary_cases():
+            tape, xs, out = _node(op, a, b, which, False)
+            tape0, xs0, ref = _node(op, a, b, which, True)  # debug mode: the general rule
+            pb = tape._pullbacks[out._node]
+            if not (which == 2 and type(a) is np.float64):  # (NumPy's operator: the ufunc path)
+                assert type(pb) is {"mul": tuple, "div": Quotient}.get(op, type(pb))
+            assert _bits(out._value) == _bits(ref._value)
+            for g in _cotangent_kinds():
+                # the node's cotangents alone (what other walkers of the tape call)
+                got = cotangents(pb, g)
+                want = tape0._pullbacks[ref._node](g)
+                assert len(got) == len(want) == 2
+                # bitwise the closures the short paths recorded before (the factories replayed
+                # plans still use), and the general rule's results
+                fast = not (which == 2 and type(a) is np.float64)
+                if fast:
+                    w = 0 if which == 3 else which
+                    old = _FACTORIES[op](a, a if which == 3 else b, out._value, w)
+                    assert _bits_all(got) == _bits_all(old(g)), (op, a, b, which, g)
+                _same_as_general(got, want, op, g)
+                if op == "div":
+                    assert _bits_all(pb(g)) == _bits_all(got)
+                # and through the sweep (inline, with its accumulation for a op a), against the
+                # same sweep calling the old closure
+                gs = tape.gradient(out, xs, seed=g)
+                if fast:
+                    tape_old, xs_old, out_old = _node(op, a, b, which, False)
+                    tape_old._pullbacks[out_old._node] = old
+                    gs_old = tape_old.gradient(out_old, xs_old, seed=g)
+                    assert _bits_all(gs) == _bits_all(gs_old), (op, a, b, which, g)
+                _same_as_general(gs, tape0.gradient(ref, xs0, seed=g), op, g)
+                n += 1
+    assert n > 1000
+
+
+def test_float64_product_pullbacks_in_a_loop_bitwise_and_not_callable_closures():
+    x = np.array([0.3, -0.0, 2.0, np.inf])
+
+    def f(x):
+        s = x[0] * x[1]
+        for i in range(3):
+            s = s * x[i] + 2 * s / x[i + 1] - x[i] / 3.0 + s * s
+            s = 1.5 / s - s * 0.5
+        return s
+    with np.errstate(all="ignore"):
+        v, g = mp.value_and_grad(f)(x)
+        v0, g0 = _general(mp.value_and_grad(f), x)
+        assert _bits(v) == _bits(v0)
+        assert g.tobytes() == g0.tobytes()
+        # forward-over-reverse runs the same sweep on dual cotangents
+        xd = x[:3] + 1.0
+
+        def f3(x):
+            return f(np.concatenate([x, [1.0]]))
+        hv = mp.hvp(f3)(xd, np.ones(3))
+        hv0 = _general(mp.hvp(f3), xd, np.ones(3))
+        assert hv.tobytes() == hv0.tobytes()
+
+
+def test_a_sparse_cotangent_reaching_a_product_node_is_made_dense():
+    from mooncake_py.rules.cotangents import IndexedCotangent
+    with Tape() as tape:
+        a, b = tape.track(np.float64(3.0)), tape.track(np.float64(-2.0))
+        y = a * b
+        z = a / b
+    for out in (y, z):
+        g = IndexedCotangent((), (), np.float64(1.5), True)
+        got = tape.gradient(out, [a, b], seed=g)
+        want = tape.gradient(out, [a, b], seed=g.dense())
+        assert [_bits(c) for c in got] == [_bits(c) for c in want]

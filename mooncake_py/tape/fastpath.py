@@ -28,7 +28,7 @@ from ..rules.derivative_table import _div as div
 from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from . import tape as _tape_module
-from .pullbacks import ItemRead
+from .pullbacks import ItemRead, Quotient
 from .tape import _SWEEPING, MutatingTape, Tape
 from .tracked import TrackedArray
 
@@ -126,20 +126,20 @@ def _pb_div(a, b, y, which):  # (div: NumPy's division also for a Python-number 
 
 
 # The binary methods are generated from one template so that each has its operator inline
-# (``v * w``: no operator-function call) and its pullback written in place (no factory call);
-# the pullbacks of + and - capture nothing, so they are shared objects instead of a closure per
-# node. Each computes what the matching _pb_* factory's pullback computes, operation for
-# operation (tests/test_overhead_paths.py checks them bitwise against the general path).
+# (``v * w``: no operator-function call) and its pullback written in place (no factory call).
+# The pullbacks of + and - capture nothing, so they are shared objects; those of * and / are
+# data the sweep recognises by type (tape/pullbacks.py): a plain tuple of the two factors, a
+# Quotient, rather than a closure whose cells and function object cost ~180 ns a node to make.
+# Each gives what the matching _pb_* factory's pullback computes, operation for operation
+# (tests/test_overhead_paths.py checks them bitwise against the general path).
 _SHARED = {"pb_gg": lambda g: (g, g), "pb_gn": lambda g: (g, None), "pb_ng": lambda g: (None, g),
            "pb_g_neg": lambda g: (g, -g), "pb_n_neg": lambda g: (None, -g)}
 # Per operator: y from (a, b), and the pullback for which = 0 (both tracked), 1 (first), 2.
 _FORMS = {
     "add": ("a + b", "pb_gg", "pb_gn", "pb_ng"),
     "sub": ("a - b", "pb_g_neg", "pb_gn", "pb_n_neg"),
-    "mul": ("a * b", "lambda g: (g * b, g * a)", "lambda g: (g * b, None)",
-            "lambda g: (None, g * a)"),
-    "truediv": ("a / b", "lambda g: (g * div(1, b), g * div(-y, b))",
-                "lambda g: (g * div(1, b), None)", "lambda g: (None, g * div(-y, b))"),
+    "mul": ("a * b", "(b, a)", "(b, None)", "(None, a)"),
+    "truediv": ("a / b", "Quotient((b, y, 0))", "Quotient((b, y, 1))", "Quotient((b, y, 2))"),
 }
 _TEMPLATE = """
 def {name}(self, other):
@@ -195,7 +195,8 @@ def _binary(ufunc, opname, reflected):
     ns = dict(_SHARED, Tape=Tape, MutatingTape=MutatingTape, TrackedArray=TrackedArray, _F64=_F64, _SWEEPING=_SWEEPING,
               RRULES=RRULES, ufunc=ufunc, _new=_new, DualArray=DualArray,
               dual_binary=None if dual_scalars is None else
-              dual_scalars.binary_method(ufunc, reflected), builtin=_BUILTIN[ufunc], div=div,
+              dual_scalars.binary_method(ufunc, reflected), builtin=_BUILTIN[ufunc],
+              Quotient=Quotient,
               general=ArrayOps.__dict__[name])
     exec(compile(src, f"<mooncake_py fastpath {name}>", "exec"), ns)  # noqa: S102  (generated source, compiled here by design)
     return ns[name]

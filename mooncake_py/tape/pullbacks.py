@@ -1,5 +1,14 @@
-"""Pullbacks the reverse sweep recognises by type, to take a shorter path than a call."""
+"""Pullbacks the reverse sweep recognises by type, to take a shorter path than a call.
+
+Besides the classes below, a plain ``tuple`` ``(x, z)`` is the pullback of a product of two
+float64 scalars as the short paths of fastpath.py record it: the cotangents are ``g * x`` and
+``g * z`` (``None`` for a constant operand). Making the tuple costs a fraction of a closure
+``lambda g: (g * b, g * a)`` (whose cells and function object are made per node), and the
+sweep multiplies inline instead of calling. It is not callable: code that runs a tape's
+pullbacks outside :meth:`Tape._run_pullbacks` goes through :func:`cotangents`.
+"""
 from ..rules.cotangents import IndexedCotangent
+from ..rules.derivative_table import _div as div
 
 
 class ItemRead:
@@ -19,3 +28,38 @@ class ItemRead:
 
     def __call__(self, g):
         return IndexedCotangent(self.shape, self.key, g, True), None
+
+
+class Quotient(tuple):
+    """The pullback of ``a / b`` for float64 scalars, as data ``(b, y, which)`` (``y = a / b``;
+    ``which``: 0 both operands tracked, 1 only ``a``, 2 only ``b``): the cotangents are
+    ``g * div(1, b)`` and ``g * div(-y, b)``, the derivative table's formulas, computed when
+    the sweep reaches the node as the rule's pullback computes them (so bitwise the same, with
+    the same warnings at the same time). A tuple that is callable: the sweep computes it
+    inline, any other caller calls it.
+
+    Example:
+        >>> import numpy as np
+        >>> Quotient((np.float64(4.0), np.float64(0.5), 0))(np.float64(2.0))
+        (np.float64(0.5), np.float64(-0.25))
+    """
+    __slots__ = ()
+
+    def __call__(self, g):
+        b, y, which = self
+        return (g * div(1, b) if which != 2 else None, g * div(-y, b) if which != 1 else None)
+
+
+def cotangents(pb, g):
+    """The cotangents pullback ``pb`` of a tape gives for cotangent ``g`` (a call, or for a
+    product's factors ``(x, z)`` the products ``g * x`` and ``g * z``).
+
+    Example:
+        >>> import numpy as np
+        >>> cotangents((np.float64(3.0), None), np.float64(2.0))
+        (np.float64(6.0), None)
+    """
+    if type(pb) is tuple:
+        x, z = pb
+        return (None if x is None else g * x, None if z is None else g * z)
+    return pb(g)

@@ -44,11 +44,12 @@ from ..rules.complex import (
     real_inputs,
 )
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
+from ..rules.derivative_table import _div as div
 from ..rules.derivative_table import load_for
 from ..rules.indexing import _frozen, is_basic_index
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
 from ..rules.registry import COMPOSITES, RRULES, ZERO_DERIVATIVE, fn_name, missing_rule_message
-from .pullbacks import ItemRead
+from .pullbacks import ItemRead, Quotient, cotangents
 from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
@@ -490,72 +491,84 @@ class Tape:
                 if i not in keep:
                     cts[i] = None
                 tg = type(g)
-                if type(pb) is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
-                                             and g.dtype.type is _F64):
-                    p = parents[i][0]
-                    cur = cts[p]
-                    if type(cur) is np.ndarray and p in owned:
-                        cur[pb.key] += g
+                tp = type(pb)
+                if tp is tuple:
+                    # a product of float64 scalars (pullbacks.py): the factors, multiplied here
+                    # as the closure they stand for would (both before either is passed on)
+                    if tg is not _F64 and tg in _SPARSE:
+                        g = g.dense()
+                    x, z = pb
+                    p, q = parents[i]
+                    gp = None if x is None else g * x
+                    gq = None if z is None else g * z
+                elif tp is Quotient:
+                    if tg is not _F64 and tg in _SPARSE:
+                        g = g.dense()
+                    b, y, which = pb
+                    p, q = parents[i]
+                    gp = None if which == 2 else g * div(1, b)
+                    gq = None if which == 1 else g * div(-y, b)
+                else:
+                    if tp is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
+                                           and g.dtype.type is _F64):
+                        p = parents[i][0]
+                        cur = cts[p]
+                        if type(cur) is np.ndarray and p in owned:
+                            cur[pb.key] += g
+                            continue
+                    elif tg in _SPARSE:
+                        g = g.dense()
+                    gs = pb(g)
+                    ps = parents[i]
+                    if len(ps) != 2 or len(gs) != 2:
+                        for p, gp in zip(ps, gs):
+                            if p is None or gp is None:
+                                continue
+                            if type(p) is tuple:
+                                for q, gq in zip(p, gp):
+                                    if q is not None and gq is not None:
+                                        _accumulate(cts, owned, q, gq)
+                            elif cts[p] is None:
+                                cts[p] = gp
+                            else:
+                                _accumulate(cts, owned, p, gp)
                         continue
-                elif tg in _SPARSE:
-                    g = g.dense()
-                gs = pb(g)
-                ps = parents[i]
-                if len(ps) == 2 and len(gs) == 2:  # (binary ops, unrolled: no zip, no loop)
+                    # (binary ops, unrolled: no zip, no loop)
                     p, q = ps
-                    if type(p) is int and type(q) is int:
-                        gp, gq = gs
-                        if gp is not None:
-                            if cts[p] is None:
-                                cts[p] = gp
-                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
-                                cur = cts[p]
-                                if type(cur) is _F64 and type(gp) is _F64:
-                                    cts[p] = cur + gp
-                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
-                                        _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
-                                    cts[p] = r
-                                else:
-                                    _accumulate(cts, owned, p, gp)
-                        if gq is not None:
-                            if cts[q] is None:
-                                cts[q] = gq
-                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
-                                cur = cts[q]
-                                if type(cur) is _F64 and type(gq) is _F64:
-                                    cts[q] = cur + gq
-                                elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
-                                        _scalar_add is not None and (r := _scalar_add(cur, gq)) is not None:
-                                    cts[q] = r
-                                else:
-                                    _accumulate(cts, owned, q, gq)
-                        continue
-                    if q is None and type(p) is int:  # (a constant second operand: `x * 0.5`)
-                        gp = gs[0]
-                        if gp is not None:
-                            if cts[p] is None:
-                                cts[p] = gp
-                            else:  # (_accumulate's first cases inline: float64 scalars, dual scalars)
-                                cur = cts[p]
-                                if type(cur) is _F64 and type(gp) is _F64:
-                                    cts[p] = cur + gp
-                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
-                                        _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
-                                    cts[p] = r
-                                else:
-                                    _accumulate(cts, owned, p, gp)
-                        continue
-                for p, gp in zip(ps, gs):
-                    if p is None or gp is None:
-                        continue
-                    if type(p) is tuple:
-                        for q, gq in zip(p, gp):
-                            if q is not None and gq is not None:
-                                _accumulate(cts, owned, q, gq)
-                    elif cts[p] is None:
+                    gp, gq = gs
+                    if type(p) is not int:
+                        if p is not None:  # a list/tuple argument
+                            _pass_all(cts, owned, ps, gs)
+                            continue
+                        gp = None
+                    if type(q) is not int:
+                        if q is not None:
+                            _pass_all(cts, owned, ps, gs)
+                            continue
+                        gq = None
+                # (_accumulate's first cases inline: float64 scalars, dual scalars)
+                if gp is not None:
+                    cur = cts[p]
+                    if cur is None:
                         cts[p] = gp
+                    elif type(cur) is _F64 and type(gp) is _F64:
+                        cts[p] = cur + gp
+                    elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
+                            _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
+                        cts[p] = r
                     else:
                         _accumulate(cts, owned, p, gp)
+                if gq is not None:
+                    cur = cts[q]
+                    if cur is None:
+                        cts[q] = gq
+                    elif type(cur) is _F64 and type(gq) is _F64:
+                        cts[q] = cur + gq
+                    elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
+                            _scalar_add is not None and (r := _scalar_add(cur, gq)) is not None:
+                        cts[q] = r
+                    else:
+                        _accumulate(cts, owned, q, gq)
         except MissingRuleError as e:
             raise _reached_from(e, self._fns[i]) from e
 
@@ -566,7 +579,7 @@ class Tape:
         if type(g) in _SPARSE:
             g = g.dense()
         try:
-            gs = pb(g)
+            gs = cotangents(pb, g)
         except MissingRuleError as e:
             raise _reached_from(e, self._fns[i]) from e
         for p, gp in zip(parents, gs):
@@ -966,6 +979,22 @@ def _reached_from(err, fn):
     return type(err)(f"{err} (Reached from the pullback of {fn_name(fn)}: second order runs "
                      "every pullback on dual numbers, so each function a pullback calls needs a "
                      "forward rule.)")
+
+
+def _pass_all(cts, owned, ps, gs):
+    """Cotangents ``gs`` of a node to its parents ``ps`` (a tuple of nodes for a list/tuple
+    argument), as the sweep passes them on."""
+    for p, gp in zip(ps, gs):
+        if p is None or gp is None:
+            continue
+        if type(p) is tuple:
+            for q, gq in zip(p, gp):
+                if q is not None and gq is not None:
+                    _accumulate(cts, owned, q, gq)
+        elif cts[p] is None:
+            cts[p] = gp
+        else:
+            _accumulate(cts, owned, p, gp)
 
 
 class _Projection:
