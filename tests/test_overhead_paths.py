@@ -489,9 +489,7 @@ def _binary_cases():
             yield a, b, 0
         for k in _CONST_KINDS:
             for c in (2.0, -0.0, 0.0, np.inf, np.nan, 3, 0):
-                if k is int and c != c or k is int and abs(c) == np.inf:
-                    continue
-                if k is int and c != int(c):
+                if k is int and not (np.isfinite(c) and c == int(c)):
                     continue
                 c = k(c)
                 yield a, c, 1
@@ -553,7 +551,7 @@ def _node(op, a, b, which, debug):
 
 @pytest.mark.parametrize("op", list(_BINOPS))
 def test_float64_binary_pullbacks_bitwise_equal_to_the_general_rules(op):
-    from mooncake_py.tape.pullbacks import Quotient, cotangents
+    from mooncake_py.tape.pullbacks import Pass, Quotient, cotangents
     n = 0
     with np.errstate(all="ignore"):
         for a, b, which in _binary_cases():
@@ -561,7 +559,7 @@ def test_float64_binary_pullbacks_bitwise_equal_to_the_general_rules(op):
             tape0, xs0, ref = _node(op, a, b, which, True)  # debug mode: the general rule
             pb = tape._pullbacks[out._node]
             if not (which == 2 and type(a) is np.float64):  # (NumPy's operator: the ufunc path)
-                assert type(pb) is {"mul": tuple, "div": Quotient}.get(op, type(pb))
+                assert type(pb) is {"mul": tuple, "div": Quotient}.get(op, Pass)
             assert _bits(out._value) == _bits(ref._value)
             for g in _cotangent_kinds():
                 # the node's cotangents alone (what other walkers of the tape call)
@@ -576,7 +574,7 @@ def test_float64_binary_pullbacks_bitwise_equal_to_the_general_rules(op):
                     old = _FACTORIES[op](a, a if which == 3 else b, out._value, w)
                     assert _bits_all(got) == _bits_all(old(g)), (op, a, b, which, g)
                 _same_as_general(got, want, op, g)
-                if op == "div":
+                if op != "mul":  # (callable data)
                     assert _bits_all(pb(g)) == _bits_all(got)
                 # and through the sweep (inline, with its accumulation for a op a), against the
                 # same sweep calling the old closure

@@ -28,7 +28,7 @@ from ..rules.derivative_table import _div as div
 from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from . import tape as _tape_module
-from .pullbacks import ItemRead, Quotient
+from .pullbacks import ItemRead, Pass, Quotient
 from .tape import _SWEEPING, MutatingTape, Tape
 from .tracked import TrackedArray
 
@@ -127,13 +127,13 @@ def _pb_div(a, b, y, which):  # (div: NumPy's division also for a Python-number 
 
 # The binary methods are generated from one template so that each has its operator inline
 # (``v * w``: no operator-function call) and its pullback written in place (no factory call).
-# The pullbacks of + and - capture nothing, so they are shared objects; those of * and / are
-# data the sweep recognises by type (tape/pullbacks.py): a plain tuple of the two factors, a
-# Quotient, rather than a closure whose cells and function object cost ~180 ns a node to make.
+# The pullbacks are data the sweep recognises by type and runs inline (tape/pullbacks.py):
+# shared Pass objects for + and -, a plain tuple of the two factors for *, a Quotient for /,
+# rather than a closure whose cells and function object cost ~180 ns a node to make.
 # Each gives what the matching _pb_* factory's pullback computes, operation for operation
 # (tests/test_overhead_paths.py checks them bitwise against the general path).
-_SHARED = {"pb_gg": lambda g: (g, g), "pb_gn": lambda g: (g, None), "pb_ng": lambda g: (None, g),
-           "pb_g_neg": lambda g: (g, -g), "pb_n_neg": lambda g: (None, -g)}
+_SHARED = {"pb_gg": Pass(False, 0), "pb_gn": Pass(False, 1), "pb_ng": Pass(False, 2),
+           "pb_g_neg": Pass(True, 0), "pb_n_neg": Pass(True, 2)}
 # Per operator: y from (a, b), and the pullback for which = 0 (both tracked), 1 (first), 2.
 _FORMS = {
     "add": ("a + b", "pb_gg", "pb_gn", "pb_ng"),

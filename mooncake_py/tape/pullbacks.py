@@ -30,6 +30,27 @@ class ItemRead:
         return IndexedCotangent(self.shape, self.key, g, True), None
 
 
+class Pass:
+    """The pullback of ``a + b`` (``neg`` False) or ``a - b`` (``neg`` True) for float64
+    scalars: ``g`` to ``a``, ``g`` or ``-g`` to ``b`` (``which``: 0 both operands tracked,
+    1 only ``a``, 2 only ``b``). One shared object per (operator, which); the sweep passes
+    ``g`` on inline rather than calling it for the tuple.
+
+    Example:
+        >>> Pass(True, 0)(2.0)
+        (2.0, -2.0)
+    """
+    __slots__ = ("neg", "which")
+
+    def __init__(self, neg, which):
+        self.neg, self.which = neg, which
+
+    def __call__(self, g):
+        which = self.which
+        return (g if which != 2 else None,
+                None if which == 1 else -g if self.neg else g)
+
+
 class Quotient(tuple):
     """The pullback of ``a / b`` for float64 scalars, as data ``(b, y, which)`` (``y = a / b``;
     ``which``: 0 both operands tracked, 1 only ``a``, 2 only ``b``): the cotangents are

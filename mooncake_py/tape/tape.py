@@ -49,7 +49,7 @@ from ..rules.derivative_table import load_for
 from ..rules.indexing import _frozen, is_basic_index
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
 from ..rules.registry import COMPOSITES, RRULES, ZERO_DERIVATIVE, fn_name, missing_rule_message
-from .pullbacks import ItemRead, Quotient, cotangents
+from .pullbacks import ItemRead, Pass, Quotient, cotangents
 from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
@@ -501,6 +501,12 @@ class Tape:
                     p, q = parents[i]
                     gp = None if x is None else g * x
                     gq = None if z is None else g * z
+                elif tp is Pass:  # a + b, a - b of float64 scalars: g passed on
+                    if tg is not _F64 and tg in _SPARSE:
+                        g = g.dense()
+                    p, q = parents[i]
+                    gp = None if p is None else g
+                    gq = None if q is None else -g if pb.neg else g
                 elif tp is Quotient:
                     if tg is not _F64 and tg in _SPARSE:
                         g = g.dense()
