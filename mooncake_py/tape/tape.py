@@ -44,12 +44,11 @@ from ..rules.complex import (
     real_inputs,
 )
 from ..rules.cotangents import IndexedCotangent, IndexedCotangentList
-from ..rules.derivative_table import _div as div
 from ..rules.derivative_table import load_for
 from ..rules.indexing import _frozen, is_basic_index
 from ..rules.mutation import MUTATORS, NoDerivative, call_like
 from ..rules.registry import COMPOSITES, RRULES, ZERO_DERIVATIVE, fn_name, missing_rule_message
-from .pullbacks import ItemRead, Pass, Quotient, cotangents
+from .pullbacks import ItemRead, Pass, cotangents
 from .tracked import TrackedArray, _lost_message
 
 # Level of the tape whose reverse sweep is running in this context (0: none).
@@ -507,14 +506,9 @@ class Tape:
                     p, q = parents[i]
                     gp = None if p is None else g
                     gq = None if q is None else -g if pb.neg else g
-                elif tp is Quotient:
-                    if tg is not _F64 and tg in _SPARSE:
-                        g = g.dense()
-                    b, y, which = pb
-                    p, q = parents[i]
-                    gp = None if which == 2 else g * div(1, b)
-                    gq = None if which == 1 else g * div(-y, b)
                 else:
+                    # any other pullback is called (a Quotient too: callable data), as before
+                    # the two branches above, which are all it pays for them
                     if tp is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
                                            and g.dtype.type is _F64):
                         p = parents[i][0]
@@ -526,32 +520,65 @@ class Tape:
                         g = g.dense()
                     gs = pb(g)
                     ps = parents[i]
-                    if len(ps) != 2 or len(gs) != 2:
-                        for p, gp in zip(ps, gs):
-                            if p is None or gp is None:
-                                continue
-                            if type(p) is tuple:
-                                for q, gq in zip(p, gp):
-                                    if q is not None and gq is not None:
+                    if len(ps) == 2 and len(gs) == 2:  # (binary ops, unrolled: no zip, no loop)
+                        p, q = ps
+                        if type(p) is int and type(q) is int:
+                            gp, gq = gs
+                            if gp is not None:
+                                if cts[p] is None:
+                                    cts[p] = gp
+                                else:  # (_accumulate's first cases inline, as below)
+                                    cur = cts[p]
+                                    if type(cur) is _F64 and type(gp) is _F64:
+                                        cts[p] = cur + gp
+                                    elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
+                                            and _scalar_add is not None and \
+                                            (r := _scalar_add(cur, gp)) is not None:
+                                        cts[p] = r
+                                    else:
+                                        _accumulate(cts, owned, p, gp)
+                            if gq is not None:
+                                if cts[q] is None:
+                                    cts[q] = gq
+                                else:
+                                    cur = cts[q]
+                                    if type(cur) is _F64 and type(gq) is _F64:
+                                        cts[q] = cur + gq
+                                    elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) \
+                                            and _scalar_add is not None and \
+                                            (r := _scalar_add(cur, gq)) is not None:
+                                        cts[q] = r
+                                    else:
                                         _accumulate(cts, owned, q, gq)
-                            elif cts[p] is None:
-                                cts[p] = gp
-                            else:
-                                _accumulate(cts, owned, p, gp)
-                        continue
-                    # (binary ops, unrolled: no zip, no loop)
-                    p, q = ps
-                    gp, gq = gs
-                    if type(p) is not int:
-                        if p is not None:  # a list/tuple argument
-                            _pass_all(cts, owned, ps, gs)
                             continue
-                        gp = None
-                    if type(q) is not int:
-                        if q is not None:
-                            _pass_all(cts, owned, ps, gs)
+                        if q is None and type(p) is int:  # (a constant second operand: `x * 0.5`)
+                            gp = gs[0]
+                            if gp is not None:
+                                if cts[p] is None:
+                                    cts[p] = gp
+                                else:
+                                    cur = cts[p]
+                                    if type(cur) is _F64 and type(gp) is _F64:
+                                        cts[p] = cur + gp
+                                    elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
+                                            and _scalar_add is not None and \
+                                            (r := _scalar_add(cur, gp)) is not None:
+                                        cts[p] = r
+                                    else:
+                                        _accumulate(cts, owned, p, gp)
                             continue
-                        gq = None
+                    for p, gp in zip(ps, gs):
+                        if p is None or gp is None:
+                            continue
+                        if type(p) is tuple:
+                            for q, gq in zip(p, gp):
+                                if q is not None and gq is not None:
+                                    _accumulate(cts, owned, q, gq)
+                        elif cts[p] is None:
+                            cts[p] = gp
+                        else:
+                            _accumulate(cts, owned, p, gp)
+                    continue
                 # (_accumulate's first cases inline: float64 scalars, dual scalars)
                 if gp is not None:
                     cur = cts[p]
@@ -985,22 +1012,6 @@ def _reached_from(err, fn):
     return type(err)(f"{err} (Reached from the pullback of {fn_name(fn)}: second order runs "
                      "every pullback on dual numbers, so each function a pullback calls needs a "
                      "forward rule.)")
-
-
-def _pass_all(cts, owned, ps, gs):
-    """Cotangents ``gs`` of a node to its parents ``ps`` (a tuple of nodes for a list/tuple
-    argument), as the sweep passes them on."""
-    for p, gp in zip(ps, gs):
-        if p is None or gp is None:
-            continue
-        if type(p) is tuple:
-            for q, gq in zip(p, gp):
-                if q is not None and gq is not None:
-                    _accumulate(cts, owned, q, gq)
-        elif cts[p] is None:
-            cts[p] = gp
-        else:
-            _accumulate(cts, owned, p, gp)
 
 
 class _Projection:
