@@ -467,7 +467,8 @@ class Tape:
     def _sweep(self, cts, start, keep, owned):
         # _pull inlined: on scalar-loop tapes the per-node method call and zip are a large
         # share of the sweep. An int read x[i] (fastpath.ItemRead) whose array already has an
-        # owned dense cotangent buffer adds g at i in place, as _accumulate would.
+        # owned dense cotangent buffer adds g at i in place, as _accumulate would; the float64
+        # products and sums of fastpath.py (a tuple of factors, a Pass) are run without a call.
         token = _SWEEPING.set(self._level)
         try:
             self._run_pullbacks(cts, start, keep, owned)
@@ -525,47 +526,45 @@ class Tape:
                         if type(p) is int and type(q) is int:
                             gp, gq = gs
                             if gp is not None:
-                                if cts[p] is None:
+                                cur = cts[p]
+                                if cur is None:
                                     cts[p] = gp
-                                else:  # (_accumulate's first cases inline, as below)
-                                    cur = cts[p]
-                                    if type(cur) is _F64 and type(gp) is _F64:
-                                        cts[p] = cur + gp
-                                    elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
-                                            and _scalar_add is not None and \
-                                            (r := _scalar_add(cur, gp)) is not None:
-                                        cts[p] = r
-                                    else:
-                                        _accumulate(cts, owned, p, gp)
-                            if gq is not None:
-                                if cts[q] is None:
-                                    cts[q] = gq
+                                # (_accumulate's first cases inline: float64 and dual scalars)
+                                elif type(cur) is _F64 and type(gp) is _F64:
+                                    cts[p] = cur + gp
+                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
+                                        and _scalar_add is not None and \
+                                        (r := _scalar_add(cur, gp)) is not None:
+                                    cts[p] = r
                                 else:
-                                    cur = cts[q]
-                                    if type(cur) is _F64 and type(gq) is _F64:
-                                        cts[q] = cur + gq
-                                    elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) \
-                                            and _scalar_add is not None and \
-                                            (r := _scalar_add(cur, gq)) is not None:
-                                        cts[q] = r
-                                    else:
-                                        _accumulate(cts, owned, q, gq)
+                                    _accumulate(cts, owned, p, gp)
+                            if gq is not None:
+                                cur = cts[q]
+                                if cur is None:
+                                    cts[q] = gq
+                                elif type(cur) is _F64 and type(gq) is _F64:
+                                    cts[q] = cur + gq
+                                elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) \
+                                        and _scalar_add is not None and \
+                                        (r := _scalar_add(cur, gq)) is not None:
+                                    cts[q] = r
+                                else:
+                                    _accumulate(cts, owned, q, gq)
                             continue
                         if q is None and type(p) is int:  # (a constant second operand: `x * 0.5`)
                             gp = gs[0]
                             if gp is not None:
-                                if cts[p] is None:
+                                cur = cts[p]
+                                if cur is None:
                                     cts[p] = gp
+                                elif type(cur) is _F64 and type(gp) is _F64:
+                                    cts[p] = cur + gp
+                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
+                                        and _scalar_add is not None and \
+                                        (r := _scalar_add(cur, gp)) is not None:
+                                    cts[p] = r
                                 else:
-                                    cur = cts[p]
-                                    if type(cur) is _F64 and type(gp) is _F64:
-                                        cts[p] = cur + gp
-                                    elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
-                                            and _scalar_add is not None and \
-                                            (r := _scalar_add(cur, gp)) is not None:
-                                        cts[p] = r
-                                    else:
-                                        _accumulate(cts, owned, p, gp)
+                                    _accumulate(cts, owned, p, gp)
                             continue
                     for p, gp in zip(ps, gs):
                         if p is None or gp is None:
