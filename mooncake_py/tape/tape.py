@@ -479,6 +479,8 @@ class Tape:
     def _run_pullbacks(self, cts, start, keep, owned, stop=-1):
         """Nodes ``start`` down to ``stop`` (exclusive)."""
         pullbacks, parents = self._pullbacks, self._parents
+        # (locals: the type checks below run on every node, and a global load costs more)
+        f64, product, plus, read = _F64, tuple, Pass, ItemRead
         i = start
         try:
             for i in range(start, stop, -1):
@@ -492,17 +494,17 @@ class Tape:
                     cts[i] = None
                 tg = type(g)
                 tp = type(pb)
-                if tp is tuple:
+                if tp is product:
                     # a product of float64 scalars (pullbacks.py): the factors, multiplied here
                     # as the closure they stand for would (both before either is passed on)
-                    if tg is not _F64 and tg in _SPARSE:
+                    if tg is not f64 and tg in _SPARSE:
                         g = g.dense()
                     x, z = pb
                     p, q = parents[i]
                     gp = None if x is None else g * x
                     gq = None if z is None else g * z
-                elif tp is Pass:  # a + b, a - b of float64 scalars: g passed on
-                    if tg is not _F64 and tg in _SPARSE:
+                elif tp is plus:  # a + b, a - b of float64 scalars: g passed on
+                    if tg is not f64 and tg in _SPARSE:
                         g = g.dense()
                     p, q = parents[i]
                     gp = None if p is None else g
@@ -510,7 +512,7 @@ class Tape:
                 else:
                     # any other pullback is called (a Quotient too: callable data), as before
                     # the two branches above, which are all it pays for them
-                    if tp is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
+                    if tp is read and (tg is f64 or tg is np.ndarray and g.shape == ()
                                            and g.dtype.type is _F64):
                         p = parents[i][0]
                         cur = cts[p]
@@ -530,7 +532,7 @@ class Tape:
                                 if cur is None:
                                     cts[p] = gp
                                 # (_accumulate's first cases inline: float64 and dual scalars)
-                                elif type(cur) is _F64 and type(gp) is _F64:
+                                elif type(cur) is f64 and type(gp) is f64:
                                     cts[p] = cur + gp
                                 elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
                                         and _scalar_add is not None and \
@@ -542,7 +544,7 @@ class Tape:
                                 cur = cts[q]
                                 if cur is None:
                                     cts[q] = gq
-                                elif type(cur) is _F64 and type(gq) is _F64:
+                                elif type(cur) is f64 and type(gq) is f64:
                                     cts[q] = cur + gq
                                 elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) \
                                         and _scalar_add is not None and \
@@ -557,7 +559,7 @@ class Tape:
                                 cur = cts[p]
                                 if cur is None:
                                     cts[p] = gp
-                                elif type(cur) is _F64 and type(gp) is _F64:
+                                elif type(cur) is f64 and type(gp) is f64:
                                     cts[p] = cur + gp
                                 elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
                                         and _scalar_add is not None and \
@@ -583,7 +585,7 @@ class Tape:
                     cur = cts[p]
                     if cur is None:
                         cts[p] = gp
-                    elif type(cur) is _F64 and type(gp) is _F64:
+                    elif type(cur) is f64 and type(gp) is f64:
                         cts[p] = cur + gp
                     elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) and \
                             _scalar_add is not None and (r := _scalar_add(cur, gp)) is not None:
@@ -594,7 +596,7 @@ class Tape:
                     cur = cts[q]
                     if cur is None:
                         cts[q] = gq
-                    elif type(cur) is _F64 and type(gq) is _F64:
+                    elif type(cur) is f64 and type(gq) is f64:
                         cts[q] = cur + gq
                     elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) and \
                             _scalar_add is not None and (r := _scalar_add(cur, gq)) is not None:
