@@ -30,6 +30,7 @@ from ..dual.codegen import numpy_source, numpy_source_given
 from ..dual.dual_array import DualArray
 from ..dual.elementwise import _cast, _result_dtype, program, reusing_programs
 from ..rules.broadcasting import shape_of, unbroadcast
+from ..rules.cotangents import IndexedCotangent
 from ..rules.derivative_table import NP_VOCABULARY, TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
@@ -489,6 +490,70 @@ def _add_general(cur, g):
         return None
     ty = _tangent_of(op, present, pa, pb, y, ta, tb)
     return None if ty is None else DualArray(y, ty, tag)
+
+
+def item_add(cts, owned, p, key, shape, G):
+    """The tape's hook (``tape._item_add``): the cotangent ``G`` of a read ``x[key]`` (``x`` a
+    float64 array of ``shape``, ``key`` ints selecting one element), added into node ``p``'s
+    cotangent in place when that is a dense dual buffer the sweep owns; on the second read of
+    ``x`` that buffer is made from the first read's sparse contribution. Whether it did; False
+    (nothing changed) where the general path must run.
+
+    The general path collects every read in an IndexedCotangentList and scatters it at the end
+    with ``np.add.at`` from zeros, or (into an owned buffer) adds through DualArray's getitem,
+    add and write: in both the primal and the tangent of each element receive the reads' parts
+    one ``+`` at a time, in sweep order, which is what the two ``+=`` below do (the add frule's
+    tangent is ``ta + tb``): bitwise the same, without a node object, a list entry and a dual
+    scalar per read, nor the stacking of all of them at the end.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: x[0] * x[0] * x[1] + x[0]
+        >>> mp.hvp(f)(np.array([2.0, 3.0]), np.array([1.0, 0.0]))
+        array([6., 4.])
+    """
+    tag = G._tag
+    gp, gt = G._value, G._tangent
+    if tag._watch or type(gp) is not _F64 or type(gt) is not _F64:
+        return False
+    cur = cts[p]
+    tc = type(cur)
+    if tc is DualArray:
+        if cur._tag is not tag or p not in owned:
+            return False
+        bp, bt = cur._value, cur._tangent
+        if type(bp) is not _NDARRAY or type(bt) is not _NDARRAY or bp.dtype.type is not _F64 \
+                or bt.dtype.type is not _F64 or not bp.flags.writeable or \
+                not bt.flags.writeable:
+            return False
+        bp[key] += gp
+        bt[key] += gt
+        return True
+    if tc is not IndexedCotangent or not cur.basic or cur.shape != shape:
+        return False  # (None: the first read stays sparse, as the float64 sweep keeps it)
+    v = cur.values
+    if type(v) is not DualArray or v._tag is not tag or type(v._value) is not _F64 or \
+            type(v._tangent) is not _F64 or not _one_element(cur.index, len(shape)):
+        return False
+    bp, bt = np.zeros(shape), np.zeros(shape)
+    k = cur.index
+    bp[k] += v._value
+    bt[k] += v._tangent
+    bp[key] += gp
+    bt[key] += gt
+    r = _new(DualArray)
+    r._value, r._tangent, r._tag, r._kept = bp, bt, tag, None
+    cts[p] = r
+    owned.add(p)
+    return True
+
+
+def _one_element(index, ndim):
+    """Whether ``index`` is ints, one per axis of ``ndim`` (an item read's key)."""
+    if type(index) is not tuple:
+        index = (index,)
+    return len(index) == ndim and all(isinstance(k, (int, np.integer)) and
+                                      not isinstance(k, bool) for k in index)
 
 
 def install(unary_ufuncs):

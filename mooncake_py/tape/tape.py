@@ -497,6 +497,9 @@ class Tape:
                     if type(cur) is np.ndarray and p in owned:
                         cur[pb.key] += g
                         continue
+                elif tg is _SCALAR_DUAL and type(pb) is ItemRead and \
+                        _item_add(cts, owned, parents[i][0], pb.key, pb.shape, g):
+                    continue  # (the same for a dual scalar read: forward-over-reverse)
                 elif tg in _SPARSE:
                     g = g.dense()
                 gs = pb(g)
@@ -1082,6 +1085,17 @@ class _NoScalarDual:
 
 # the type of the values _scalar_add takes (DualArray), set with it
 _SCALAR_DUAL = _NoScalarDual
+
+
+def _no_item_add(cts, owned, p, key, shape, g):
+    return False
+
+
+# item_add(cts, owned, p, key, shape, g) -> whether it added the dual scalar ``g`` (the
+# cotangent of a read ``x[key]``, x of ``shape``) into node ``p``'s cotangent itself, in place
+# in a dense dual buffer the sweep owns (made on the second read, as _accumulate makes a float64
+# one); False where the general path must run. Set by registration.py (mixed/dual_scalars.py).
+_item_add = _no_item_add
 # split_item(g, key) -> g[key] (a copy), with g[key] zeroed in place, for a wrapped cotangent
 # ``g`` and an index of one element; None where the general path must run. Set by
 # replay/writes.py (dual numbers), so that this module needs no import of the dual layer.
