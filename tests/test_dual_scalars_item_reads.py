@@ -162,3 +162,4 @@ def test_result_is_an_owned_array():
     h2 = mp.hvp(f)(x, 2 * v)
     _bitwise(h1, keep)
     np.testing.assert_allclose(h2, 2 * h1, rtol=1e-14)
+

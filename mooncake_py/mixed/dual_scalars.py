@@ -23,6 +23,7 @@ that is neither closed nor complex, float64 NumPy scalars for primal and tangent
 constants that are float64, float, or ints of at most 2**53 in magnitude.
 """
 import operator
+import re
 
 import numpy as np
 
@@ -635,17 +636,20 @@ def __call__(self, G):
 
 
 _PB_TEMPLATE = _PB_PRELUDE + """{operands}
-        y = Y._value
-{dual_blocks}
+{y_dual}{dual_blocks}
         return ({rets})
     if _k is _F64:
         g, tg = G, None
 {operands}
-        y = Y._value
-{plain_blocks}
+{y_plain}{plain_blocks}
         return ({rets})
     return _slow(self, G)
 """
+
+
+def _primal_line(block):
+    """``y = Y._value`` (a line of _PB_TEMPLATE) if ``block`` reads ``y``, else nothing."""
+    return "        y = Y._value\n" if re.search(r"\by\b", block) else ""
 
 
 def _pullback_class(op, present):
@@ -675,8 +679,12 @@ def _pullback_class(op, present):
                 return DualPullback
         blocks[gdual] = _indent("\n".join(lines).split("\n"), 8)
     rets = ", ".join(f"R{k}" if present[k] else "None" for k in range(2))
+    # (the output's primal only where a partial reads it: `*`, `+` and `-` do not, and a
+    # pullback call is a few dozen bytecodes, of which this would be two)
     src = _PB_TEMPLATE.format(operands=_indent(operands, 8), dual_blocks=blocks[True],
-                              plain_blocks=blocks[False], rets=rets)
+                              plain_blocks=blocks[False], rets=rets,
+                              y_dual=_primal_line(blocks[True]),
+                              y_plain=_primal_line(blocks[False]))
     call = _exec(src, "__call__", {"DualArray": DualArray, "_F64": _F64, "_new": _new,
                                    "_slow": DualPullback.__call__})
     return type(f"DualPullback_{op.ufunc.__name__}_{int(present[0])}{int(present[1])}",
