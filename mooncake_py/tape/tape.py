@@ -467,7 +467,8 @@ class Tape:
     def _sweep(self, cts, start, keep, owned):
         # _pull inlined: on scalar-loop tapes the per-node method call and zip are a large
         # share of the sweep. An int read x[i] (fastpath.ItemRead) whose array already has an
-        # owned dense cotangent buffer adds g at i in place, as _accumulate would.
+        # owned dense cotangent buffer adds g at i in place, as _accumulate would; a dual scalar
+        # g (forward-over-reverse) likewise, through _item_add, into a dense dual buffer.
         token = _SWEEPING.set(self._level)
         try:
             self._run_pullbacks(cts, start, keep, owned)
@@ -490,16 +491,18 @@ class Tape:
                 if i not in keep:
                     cts[i] = None
                 tg = type(g)
-                if type(pb) is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
-                                             and g.dtype.type is _F64):
-                    p = parents[i][0]
-                    cur = cts[p]
-                    if type(cur) is np.ndarray and p in owned:
-                        cur[pb.key] += g
-                        continue
-                elif tg is _SCALAR_DUAL and type(pb) is ItemRead and \
-                        _item_add(cts, owned, parents[i][0], pb.key, pb.shape, g):
-                    continue  # (the same for a dual scalar read: forward-over-reverse)
+                if type(pb) is ItemRead:
+                    if tg is _F64 or tg is np.ndarray and g.shape == () and g.dtype.type is _F64:
+                        p = parents[i][0]
+                        cur = cts[p]
+                        if type(cur) is np.ndarray and p in owned:
+                            cur[pb.key] += g
+                            continue
+                    elif tg is _SCALAR_DUAL:  # (the same for a dual scalar: forward-over-reverse)
+                        if _item_add(cts, owned, parents[i][0], pb.key, pb.shape, g):
+                            continue
+                    elif tg in _SPARSE:
+                        g = g.dense()
                 elif tg in _SPARSE:
                     g = g.dense()
                 gs = pb(g)
