@@ -333,6 +333,17 @@ def getitem(self, key, builtin):
     p, t = d._value, d._tangent
     if tag._watch or tag.lanes or type(p) is not _NDARRAY or type(t) is not _NDARRAY:
         return None
+    # the same element read again at the same node: the first read's node and dual (see
+    # Tape._reads; fastpath.py's float64 reads share the memo, a node holds one kind of value)
+    n = self._node
+    seen = tape._reads.get(n)
+    if seen is not None:
+        hit = seen.get(key)
+        if hit is not None:
+            r = _new(TrackedArray)
+            r._value, r._node = hit
+            r._tape = tape
+            return r
     y = p[key]
     if type(y) is not _F64:
         return None
@@ -346,8 +357,12 @@ def getitem(self, key, builtin):
     pb.shape, pb.key = p.shape, key
     node = len(tape._parents)
     tape._pullbacks.append(pb)
-    tape._parents.append((self._node, None))
+    tape._parents.append((n, None))
     tape._fns.append(getitem_fn)
+    if seen is None:
+        tape._reads[n] = {key: (yd, node)}
+    else:
+        seen[key] = (yd, node)
     r = _new(TrackedArray)
     r._value, r._tape, r._node = yd, tape, node
     return r

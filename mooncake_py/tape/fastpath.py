@@ -83,14 +83,30 @@ def _fast_getitem(self, key):
         tt = type(tape)
         if (tt is Tape or (tt is MutatingTape and _current(self, tape))) and \
                 type(self._value) is _NDARRAY and not tape._debug and \
-                RRULES.get(_getitem) is _GETITEM_RULE[0]:
+                RRULES.get(_getitem) is _GETITEM_RULE[0] and _SWEEPING.get() <= tape._level:
+            # The same element read again at the same node (``theta[0]`` in every step of a
+            # loop): the first read's node, whose cotangents the sweep then sums as scalars
+            # before one add into the array's (see Tape._reads).
+            n = self._node
+            seen = tape._reads.get(n)
+            if seen is not None:
+                hit = seen.get(key)
+                if hit is not None:
+                    r = _new(TrackedArray)
+                    r._value, r._node = hit
+                    r._tape = tape
+                    return r
             v = self._value
             y = v[key]
-            if type(y) is _F64 and _SWEEPING.get() <= tape._level:
+            if type(y) is _F64:
                 node = len(tape._parents)
                 tape._pullbacks.append(ItemRead(v.shape, key))
-                tape._parents.append((self._node, None))
+                tape._parents.append((n, None))
                 tape._fns.append(_getitem)
+                if seen is None:
+                    tape._reads[n] = {key: (y, node)}
+                else:
+                    seen[key] = (y, node)
                 r = _new(TrackedArray)
                 r._value, r._tape, r._node = y, tape, node
                 return r

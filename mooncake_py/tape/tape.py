@@ -87,6 +87,14 @@ class Tape:
         self._fns = []  # the function each node recorded, to name it in errors from its pullback
         self._debug = current_config().debug_mode
         self._meta = [] if self._debug else None
+        # Item reads x[i] of float64 scalars made by the short paths (tape/fastpath.py,
+        # mixed/dual_scalars.py): node of x -> {key: (value, node of the read)}. What an array
+        # handle shows does not change while it keeps its node (a write moves it to a new one;
+        # MutatingTape._fresh moves a view whose memory was written through another handle),
+        # so the same element read again at the same node is the first read's node. Values
+        # and node numbers only, no TrackedArrays: those hold the tape, and the reference
+        # cycle would keep the whole record alive past the call until a garbage collection.
+        self._reads = {}
 
     def __enter__(self):
         return self
