@@ -81,39 +81,43 @@ def _fast_getitem(self, key):
     if tk is int or tk in _INT_KEYS or (tk is tuple and _int_tuple(key)):
         tape = self._tape
         tt = type(tape)
+        # (the tape's checks, made once for both short paths: float64 and dual values)
         if (tt is Tape or (tt is MutatingTape and _current(self, tape))) and \
-                type(self._value) is _NDARRAY and not tape._debug and \
-                RRULES.get(_getitem) is _GETITEM_RULE[0] and _SWEEPING.get() <= tape._level:
-            # The same element read again at the same node (``theta[0]`` in every step of a
-            # loop): the first read's node, whose cotangents the sweep then sums as scalars
-            # before one add into the array's (see Tape._reads).
-            n = self._node
-            seen = tape._reads.get(n)
-            if seen is not None:
-                hit = seen.get(key)
-                if hit is not None:
-                    r = _new(TrackedArray)
-                    r._value, r._node = hit
-                    r._tape = tape
-                    return r
+                not tape._debug and RRULES.get(_getitem) is _GETITEM_RULE[0] and \
+                _SWEEPING.get() <= tape._level:
             v = self._value
-            y = v[key]
-            if type(y) is _F64:
-                node = len(tape._parents)
-                tape._pullbacks.append(ItemRead(v.shape, key))
-                tape._parents.append((n, None))
-                tape._fns.append(_getitem)
-                if seen is None:
-                    tape._reads[n] = {key: (y, node)}
-                else:
-                    seen[key] = (y, node)
-                r = _new(TrackedArray)
-                r._value, r._tape, r._node = y, tape, node
-                return r
-        elif type(self._value) is DualArray:
-            r = dual_scalars.getitem(self, key, _BUILTIN[_getitem])
-            if r is not None:
-                return r
+            tv = type(v)
+            if tv is _NDARRAY:
+                # The same element read again at the same node (``theta[0]`` in every step of
+                # a loop): the first read's node, whose cotangents the sweep then sums as
+                # scalars before one add into the array's (see Tape._reads).
+                n = self._node
+                seen = tape._reads.get(n)
+                if seen is not None:
+                    pb = seen.get(key)
+                    if pb is not None:
+                        r = _new(TrackedArray)
+                        r._value, r._tape, r._node = pb.value, tape, pb.node
+                        return r
+                y = v[key]
+                if type(y) is _F64:
+                    node = len(tape._parents)
+                    pb = _new(ItemRead)  # (ItemRead(v.shape, key) without the __init__ call)
+                    pb.shape, pb.key, pb.value, pb.node = v.shape, key, y, node
+                    tape._pullbacks.append(pb)
+                    tape._parents.append((n, None))
+                    tape._fns.append(_getitem)
+                    if seen is None:
+                        tape._reads[n] = {key: pb}
+                    else:
+                        seen[key] = pb
+                    r = _new(TrackedArray)
+                    r._value, r._tape, r._node = y, tape, node
+                    return r
+            elif tv is DualArray:
+                r = dual_scalars.getitem(self, key, v, tape)
+                if r is not None:
+                    return r
     return _general_getitem(self, key)
 
 

@@ -12,7 +12,10 @@ class ItemRead:
         >>> ItemRead((3,), 1)(np.float64(2.0))[0].dense()
         array([0., 2., 0.])
     """
-    __slots__ = ("key", "shape")
+    # node, value: set where the short paths record the read (tape/fastpath.py,
+    # mixed/dual_scalars.py): the read's node and the value it gave, for Tape._reads, which
+    # hands them out again for the same element read at the same node. Unset elsewhere.
+    __slots__ = ("key", "node", "shape", "value")
 
     def __init__(self, shape, key):
         self.shape, self.key = shape, key

@@ -88,11 +88,11 @@ class Tape:
         self._debug = current_config().debug_mode
         self._meta = [] if self._debug else None
         # Item reads x[i] of float64 scalars made by the short paths (tape/fastpath.py,
-        # mixed/dual_scalars.py): node of x -> {key: (value, node of the read)}. What an array
-        # handle shows does not change while it keeps its node (a write moves it to a new one;
-        # MutatingTape._fresh moves a view whose memory was written through another handle),
-        # so the same element read again at the same node is the first read's node. Values
-        # and node numbers only, no TrackedArrays: those hold the tape, and the reference
+        # mixed/dual_scalars.py): node of x -> {key: the read's ItemRead, which holds its node
+        # and value}. What an array handle shows does not change while it keeps its node (a
+        # write moves it to a new one; MutatingTape._fresh moves a view whose memory was
+        # written through another handle), so the same element read again at the same node is
+        # the first read's node. No TrackedArrays here: those hold the tape, and the reference
         # cycle would keep the whole record alive past the call until a garbage collection.
         self._reads = {}
 
