@@ -344,10 +344,13 @@ def getitem(self, key, d, tape):
         return None
     # (_record and DualArray(y, ty, tag) written out: RK4 reads theta[k] a dozen times a step)
     yd = _new(DualArray)
-    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, tag, None
+    # (pairs: an assignment of four names builds and unpacks a tuple)
+    yd._value, yd._tangent = y, ty
+    yd._tag, yd._kept = tag, None
     node = len(tape._parents)
     pb = _new(ItemRead)
-    pb.shape, pb.key, pb.value, pb.node = p.shape, key, yd, node
+    pb.shape, pb.key = p.shape, key
+    pb.value, pb.node = yd, node
     tape._pullbacks.append(pb)
     tape._parents.append((n, None))
     tape._fns.append(getitem_fn)

@@ -103,7 +103,9 @@ def _fast_getitem(self, key):
                 if type(y) is _F64:
                     node = len(tape._parents)
                     pb = _new(ItemRead)  # (ItemRead(v.shape, key) without the __init__ call)
-                    pb.shape, pb.key, pb.value, pb.node = v.shape, key, y, node
+                    # (pairs: an assignment of four names builds and unpacks a tuple)
+                    pb.shape, pb.key = v.shape, key
+                    pb.value, pb.node = y, node
                     tape._pullbacks.append(pb)
                     tape._parents.append((n, None))
                     tape._fns.append(_getitem)
