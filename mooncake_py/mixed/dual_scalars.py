@@ -330,12 +330,11 @@ def getitem(self, key, d, tape):
         return None
     n = self._node
     seen = tape._reads.get(n)
-    if seen is not None:
-        pb = seen.get(key)
-        if pb is not None:
-            r = _new(TrackedArray)
-            r._value, r._tape, r._node = pb.value, tape, pb.node
-            return r
+    if seen is not None and key in seen:  # (a miss: one lookup, no call)
+        pb = seen[key]
+        r = _new(TrackedArray)
+        r._value, r._tape, r._node = pb.value, tape, pb.node
+        return r
     y = p[key]
     if type(y) is not _F64:
         return None

@@ -93,12 +93,11 @@ def _fast_getitem(self, key):
                 # scalars before one add into the array's (see Tape._reads).
                 n = self._node
                 seen = tape._reads.get(n)
-                if seen is not None:
-                    pb = seen.get(key)
-                    if pb is not None:
-                        r = _new(TrackedArray)
-                        r._value, r._tape, r._node = pb.value, tape, pb.node
-                        return r
+                if seen is not None and key in seen:  # (a miss: one lookup, no call)
+                    pb = seen[key]
+                    r = _new(TrackedArray)
+                    r._value, r._tape, r._node = pb.value, tape, pb.node
+                    return r
                 y = v[key]
                 if type(y) is _F64:
                     node = len(tape._parents)
