@@ -276,3 +276,31 @@ def test_read_values_are_fresh_handles():
     assert type(a) is TrackedArray and a is not b
     assert float(a._value) == float(b._value) == 1.0 and a._node == b._node
     assert float(t._value) == 6.0 and t._node != a._node
+
+
+def test_reads_that_never_repeat_turn_the_memo_off_and_stay_right():
+    from mooncake_py.tape.tape import READ_MISSES
+    n = READ_MISSES + 8
+
+    def f(x):
+        s = 0.0
+        for i in range(n):  # each element once: the memo stops after READ_MISSES of them
+            s = s + x[i] * 0.5
+        for i in range(n):  # read again: new nodes, as without the memo
+            s = s + x[i] * x[i]
+        return s
+    x = np.linspace(0.5, 1.5, n)
+    with Tape() as tape:
+        f(tape.track(x))
+    assert tape._reads is None and len(_reads(tape)) == 3 * n  # (no read shared)
+    value, g = mp.value_and_grad(f)(x)
+    assert value == f(x)
+    np.testing.assert_array_equal(g, _general(mp.grad(f), x))
+    hv = mp.hvp(f)(x, x)
+    np.testing.assert_array_equal(hv, _general(mp.hvp(f), x, x))
+    # a repeated read resets the count: reads interleaved with repeats keep the memo on
+    with Tape() as tape:
+        t = tape.track(x)
+        for i in range(n):
+            t[i] * t[0]
+    assert tape._reads is not None and len(_reads(tape)) == n

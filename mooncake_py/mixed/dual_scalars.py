@@ -34,7 +34,7 @@ from ..rules.derivative_table import NP_VOCABULARY, TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
 from ..tape.pullbacks import ItemRead
-from ..tape.tape import _SWEEPING, MutatingTape, Tape
+from ..tape.tape import _SWEEPING, READ_MISSES, MutatingTape, Tape
 from ..tape.tracked import TrackedArray
 
 _F64 = np.float64
@@ -329,9 +329,11 @@ def getitem(self, key, d, tape):
     if tag._watch or tag.lanes or type(p) is not _NDARRAY or type(t) is not _NDARRAY:
         return None
     n = self._node
-    seen = tape._reads.get(n)
+    reads = tape._reads
+    seen = None if reads is None else reads.get(n)
     if seen is not None and key in seen:  # (a miss: one lookup, no call)
         pb = seen[key]
+        tape._read_misses = 0
         r = _new(TrackedArray)
         r._value, r._tape, r._node = pb.value, tape, pb.node
         return r
@@ -349,14 +351,19 @@ def getitem(self, key, d, tape):
     node = len(tape._parents)
     pb = _new(ItemRead)
     pb.shape, pb.key = p.shape, key
-    pb.value, pb.node = yd, node
     tape._pullbacks.append(pb)
     tape._parents.append((n, None))
     tape._fns.append(getitem_fn)
-    if seen is None:
-        tape._reads[n] = {key: pb}
-    else:
-        seen[key] = pb
+    if reads is not None:
+        pb.value, pb.node = yd, node
+        if seen is None:
+            reads[n] = {key: pb}
+        else:
+            seen[key] = pb
+        m = tape._read_misses + 1
+        tape._read_misses = m
+        if m == READ_MISSES:
+            tape._reads = None
     r = _new(TrackedArray)
     r._value, r._tape, r._node = yd, tape, node
     return r

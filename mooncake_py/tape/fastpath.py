@@ -29,7 +29,7 @@ from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from . import tape as _tape_module
 from .pullbacks import ItemRead
-from .tape import _SWEEPING, MutatingTape, Tape
+from .tape import _SWEEPING, READ_MISSES, MutatingTape, Tape
 from .tracked import TrackedArray
 
 _F64 = np.float64
@@ -92,9 +92,11 @@ def _fast_getitem(self, key):
                 # a loop): the first read's node, whose cotangents the sweep then sums as
                 # scalars before one add into the array's (see Tape._reads).
                 n = self._node
-                seen = tape._reads.get(n)
+                reads = tape._reads
+                seen = None if reads is None else reads.get(n)
                 if seen is not None and key in seen:  # (a miss: one lookup, no call)
                     pb = seen[key]
+                    tape._read_misses = 0
                     r = _new(TrackedArray)
                     r._value, r._tape, r._node = pb.value, tape, pb.node
                     return r
@@ -104,14 +106,19 @@ def _fast_getitem(self, key):
                     pb = _new(ItemRead)  # (ItemRead(v.shape, key) without the __init__ call)
                     # (pairs: an assignment of four names builds and unpacks a tuple)
                     pb.shape, pb.key = v.shape, key
-                    pb.value, pb.node = y, node
                     tape._pullbacks.append(pb)
                     tape._parents.append((n, None))
                     tape._fns.append(_getitem)
-                    if seen is None:
-                        tape._reads[n] = {key: pb}
-                    else:
-                        seen[key] = pb
+                    if reads is not None:
+                        pb.value, pb.node = y, node
+                        if seen is None:
+                            reads[n] = {key: pb}
+                        else:
+                            seen[key] = pb
+                        m = tape._read_misses + 1
+                        tape._read_misses = m
+                        if m == READ_MISSES:
+                            tape._reads = None
                     r = _new(TrackedArray)
                     r._value, r._tape, r._node = y, tape, node
                     return r

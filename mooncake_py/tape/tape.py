@@ -51,6 +51,11 @@ from ..rules.registry import COMPOSITES, RRULES, ZERO_DERIVATIVE, fn_name, missi
 from .pullbacks import ItemRead
 from .tracked import TrackedArray, _lost_message
 
+# Tape._reads stops (is set to None) after this many item reads in a row that were not
+# repeats: each new read costs the memo a lookup and an insert (~2.8% of the unprepared HVP
+# of a loop that reads each element once, `s += x[i]`), which only repeats pay back. A loop
+# that repeats reads (theta[k] in each step) resets the count long before.
+READ_MISSES = 64
 # Level of the tape whose reverse sweep is running in this context (0: none).
 _SWEEPING = contextvars.ContextVar("mooncake_sweeping", default=0)
 _SEQ = (list, tuple)
@@ -94,7 +99,9 @@ class Tape:
         # written through another handle), so the same element read again at the same node is
         # the first read's node. No TrackedArrays here: those hold the tape, and the reference
         # cycle would keep the whole record alive past the call until a garbage collection.
+        # None once READ_MISSES reads in a row were new: see there.
         self._reads = {}
+        self._read_misses = 0  # reads in a row that were new (reset by a repeated one)
 
     def __enter__(self):
         return self
