@@ -13,8 +13,8 @@ class ItemRead:
         array([0., 2., 0.])
     """
     # node, value: set where the short paths record the read (tape/fastpath.py,
-    # mixed/dual_scalars.py): the read's node and the value it gave, for Tape._reads, which
-    # hands them out again for the same element read at the same node. Unset elsewhere.
+    # mixed/dual_scalars.py) while Tape._reads is on: the read's node and the value it gave,
+    # which Tape._reads hands out again for the same element read at the same node.
     __slots__ = ("key", "node", "shape", "value")
 
     def __init__(self, shape, key):
