@@ -37,6 +37,7 @@ def install():
     lean.install()
     fastpath.install(dual_scalars)
     tape_module._split_item = writes.split_dual_item
+    tape_module._item_add = dual_scalars.item_add
     tape_module._item_write = writes.dual_item_write
     plans.install()
     _DONE.append(True)

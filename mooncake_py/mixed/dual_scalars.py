@@ -23,6 +23,7 @@ that is neither closed nor complex, float64 NumPy scalars for primal and tangent
 constants that are float64, float, or ints of at most 2**53 in magnitude.
 """
 import operator
+import re
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from ..dual.codegen import numpy_source, numpy_source_given
 from ..dual.dual_array import DualArray
 from ..dual.elementwise import _cast, _result_dtype, program, reusing_programs
 from ..rules.broadcasting import shape_of, unbroadcast
+from ..rules.cotangents import IndexedCotangent
 from ..rules.derivative_table import NP_VOCABULARY, TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
@@ -507,6 +509,70 @@ def _add_general(cur, g):
     return None if ty is None else DualArray(y, ty, tag)
 
 
+def item_add(cts, owned, p, key, shape, G):
+    """The tape's hook (``tape._item_add``): the cotangent ``G`` of a read ``x[key]`` (``x`` a
+    float64 array of ``shape``, ``key`` ints selecting one element), added into node ``p``'s
+    cotangent in place when that is a dense dual buffer the sweep owns; on the second read of
+    ``x`` that buffer is made from the first read's sparse contribution. Whether it did; False
+    (nothing changed) where the general path must run.
+
+    The general path collects every read in an IndexedCotangentList and scatters it at the end
+    with ``np.add.at`` from zeros, or (into an owned buffer) adds through DualArray's getitem,
+    add and write: in both the primal and the tangent of each element receive the reads' parts
+    one ``+`` at a time, in sweep order, which is what the two ``+=`` below do (the add frule's
+    tangent is ``ta + tb``): bitwise the same, without a node object, a list entry and a dual
+    scalar per read, nor the stacking of all of them at the end.
+
+    Example:
+        >>> import numpy as np, mooncake_py as mp
+        >>> f = lambda x: x[0] * x[0] * x[1] + x[0]
+        >>> mp.hvp(f)(np.array([2.0, 3.0]), np.array([1.0, 0.0]))
+        array([6., 4.])
+    """
+    tag = G._tag
+    gp, gt = G._value, G._tangent
+    if tag._watch or type(gp) is not _F64 or type(gt) is not _F64:
+        return False
+    cur = cts[p]
+    tc = type(cur)
+    if tc is DualArray:
+        if cur._tag is not tag or p not in owned:
+            return False
+        bp, bt = cur._value, cur._tangent
+        if type(bp) is not _NDARRAY or type(bt) is not _NDARRAY or bp.dtype.type is not _F64 \
+                or bt.dtype.type is not _F64 or not bp.flags.writeable or \
+                not bt.flags.writeable:
+            return False
+        bp[key] += gp
+        bt[key] += gt
+        return True
+    if tc is not IndexedCotangent or not cur.basic or cur.shape != shape:
+        return False  # (None: the first read stays sparse, as the float64 sweep keeps it)
+    v = cur.values
+    if type(v) is not DualArray or v._tag is not tag or type(v._value) is not _F64 or \
+            type(v._tangent) is not _F64 or not _one_element(cur.index, len(shape)):
+        return False
+    bp, bt = np.zeros(shape), np.zeros(shape)
+    k = cur.index
+    bp[k] += v._value
+    bt[k] += v._tangent
+    bp[key] += gp
+    bt[key] += gt
+    r = _new(DualArray)
+    r._value, r._tangent, r._tag, r._kept = bp, bt, tag, None
+    cts[p] = r
+    owned.add(p)
+    return True
+
+
+def _one_element(index, ndim):
+    """Whether ``index`` is ints, one per axis of ``ndim`` (an item read's key)."""
+    if type(index) is not tuple:
+        index = (index,)
+    return len(index) == ndim and all(isinstance(k, (int, np.integer)) and
+                                      not isinstance(k, bool) for k in index)
+
+
 def install(unary_ufuncs):
     """Build the op table for ``+ - * /`` and ``unary_ufuncs`` (fastpath.py's list) from the
     rules registered now (a rule registered later turns that op's short path off)."""
@@ -586,17 +652,20 @@ def __call__(self, G):
 
 
 _PB_TEMPLATE = _PB_PRELUDE + """{operands}
-        y = Y._value
-{dual_blocks}
+{y_dual}{dual_blocks}
         return ({rets})
     if _k is _F64:
         g, tg = G, None
 {operands}
-        y = Y._value
-{plain_blocks}
+{y_plain}{plain_blocks}
         return ({rets})
     return _slow(self, G)
 """
+
+
+def _primal_line(block):
+    """``y = Y._value`` (a line of _PB_TEMPLATE) if ``block`` reads ``y``, else nothing."""
+    return "        y = Y._value\n" if re.search(r"\by\b", block) else ""
 
 
 def _pullback_class(op, present):
@@ -626,8 +695,12 @@ def _pullback_class(op, present):
                 return DualPullback
         blocks[gdual] = _indent("\n".join(lines).split("\n"), 8)
     rets = ", ".join(f"R{k}" if present[k] else "None" for k in range(2))
+    # (the output's primal only where a partial reads it: `*`, `+` and `-` do not, and a
+    # pullback call is a few dozen bytecodes, of which this would be two)
     src = _PB_TEMPLATE.format(operands=_indent(operands, 8), dual_blocks=blocks[True],
-                              plain_blocks=blocks[False], rets=rets)
+                              plain_blocks=blocks[False], rets=rets,
+                              y_dual=_primal_line(blocks[True]),
+                              y_plain=_primal_line(blocks[False]))
     call = _exec(src, "__call__", {"DualArray": DualArray, "_F64": _F64, "_new": _new,
                                    "_slow": DualPullback.__call__})
     return type(f"DualPullback_{op.ufunc.__name__}_{int(present[0])}{int(present[1])}",

@@ -482,7 +482,8 @@ class Tape:
     def _sweep(self, cts, start, keep, owned):
         # _pull inlined: on scalar-loop tapes the per-node method call and zip are a large
         # share of the sweep. An int read x[i] (fastpath.ItemRead) whose array already has an
-        # owned dense cotangent buffer adds g at i in place, as _accumulate would.
+        # owned dense cotangent buffer adds g at i in place, as _accumulate would; a dual scalar
+        # g (forward-over-reverse) likewise, through _item_add, into a dense dual buffer.
         token = _SWEEPING.set(self._level)
         try:
             self._run_pullbacks(cts, start, keep, owned)
@@ -505,13 +506,18 @@ class Tape:
                 if i not in keep:
                     cts[i] = None
                 tg = type(g)
-                if type(pb) is ItemRead and (tg is _F64 or tg is np.ndarray and g.shape == ()
-                                             and g.dtype.type is _F64):
-                    p = parents[i][0]
-                    cur = cts[p]
-                    if type(cur) is np.ndarray and p in owned:
-                        cur[pb.key] += g
-                        continue
+                if type(pb) is ItemRead:
+                    if tg is _F64 or tg is np.ndarray and g.shape == () and g.dtype.type is _F64:
+                        p = parents[i][0]
+                        cur = cts[p]
+                        if type(cur) is np.ndarray and p in owned:
+                            cur[pb.key] += g
+                            continue
+                    elif tg is _SCALAR_DUAL:  # (the same for a dual scalar: forward-over-reverse)
+                        if _item_add(cts, owned, parents[i][0], pb.key, pb.shape, g):
+                            continue
+                    elif tg in _SPARSE:
+                        g = g.dense()
                 elif tg in _SPARSE:
                     g = g.dense()
                 gs = pb(g)
@@ -1097,6 +1103,17 @@ class _NoScalarDual:
 
 # the type of the values _scalar_add takes (DualArray), set with it
 _SCALAR_DUAL = _NoScalarDual
+
+
+def _no_item_add(cts, owned, p, key, shape, g):
+    return False
+
+
+# item_add(cts, owned, p, key, shape, g) -> whether it added the dual scalar ``g`` (the
+# cotangent of a read ``x[key]``, x of ``shape``) into node ``p``'s cotangent itself, in place
+# in a dense dual buffer the sweep owns (made on the second read, as _accumulate makes a float64
+# one); False where the general path must run. Set by registration.py (mixed/dual_scalars.py).
+_item_add = _no_item_add
 # split_item(g, key) -> g[key] (a copy), with g[key] zeroed in place, for a wrapped cotangent
 # ``g`` and an index of one element; None where the general path must run. Set by
 # replay/writes.py (dual numbers), so that this module needs no import of the dual layer.
