@@ -23,14 +23,13 @@ import operator
 import numpy as np
 
 from ..core.array_ops import ArrayOps, buffer_root
-from ..rules.broadcasting import shape_of
 from ..rules.derivative_table import TABLE
 from ..rules.derivative_table import _div as div
 from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from . import tape as _tape_module
 from .pullbacks import ItemRead
-from .tape import _F64_DT, _SWEEPING, MutatingTape, Tape, _float_dtype, _Write, begin_writes
+from .tape import _F64_DT, _SWEEPING, MutatingTape, Tape, _Write, begin_writes
 from .tracked import TrackedArray
 
 _F64 = np.float64
@@ -58,7 +57,11 @@ def _current(h, tape):
     """True, once ``h`` is up to date with its buffer on a MutatingTape (what its ``record``
     does first: a handle older than the last write is viewed again, or MutationError)."""
     if h._node < tape._max_write:
-        tape._fresh(h, "read", _getitem)
+        v = h._value
+        # MutatingTape._fresh's first test, without the call: an array that owns its memory
+        # and was never written is current (RK4's theta, read 16 times a step after writes)
+        if type(v) is not _NDARRAY or v.base is not None or id(v) in tape._last_write:
+            tape._fresh(h, "read", _getitem)
     return True
 
 
@@ -126,26 +129,28 @@ def _fast_setitem(self, key, value):
                 _SWEEPING.get() <= tape._level:
             buf = self._value
             tb = type(buf)
-            tv = type(value)
-            if tv is TrackedArray:
-                if value._tape is not tape:
-                    return _general_setitem(self, key, value)
-                vv, vnode = value._value, value._node
-            elif tv is _F64 or tv is float or tv is int:
-                vv, vnode = value, None
-            else:
-                return _general_setitem(self, key, value)
             if tb is _NDARRAY:
-                if vnode is not None and type(vv) is not _F64:
-                    return _general_setitem(self, key, value)
                 p = buf
             elif tb is DualArray and type(buf._value) is _NDARRAY:
                 p = buf._value
             else:
                 return _general_setitem(self, key, value)
+            tv = type(value)
+            # (vshape and vdtype: what Tape.write derives from the value, for these values)
+            if tv is TrackedArray:
+                vv = value._value
+                tw = type(vv)
+                if value._tape is not tape or not (tw is _F64 or (
+                        tb is DualArray and tw is DualArray and type(vv._value) is _F64)):
+                    return _general_setitem(self, key, value)
+                vnode, vshape, vdtype = value._node, (), _F64_DT
+            elif tv is _F64 or tv is float or tv is int:
+                vv, vnode, vshape, vdtype = value, None, None, (_F64_DT if tv is _F64 else None)
+            else:
+                return _general_setitem(self, key, value)
             # A handle is a view of another (``_view``, walked by the general path) only if
             # its array has a base: an array that owns its memory skips that slot's lookup,
-            # which costs ~0.9 µs when it is unset (the AttributeError behind getattr).
+            # which costs ~0.9 us when it is unset (the AttributeError behind getattr).
             if p.base is not None and getattr(self, "_view", None) is not None:
                 return _general_setitem(self, key, value)
             if tt is Tape:  # the first write, as Tape.write makes it
@@ -161,16 +166,10 @@ def _fast_setitem(self, key, value):
                 wn = _new(_Write)
                 wn.buf, wn.key, wn.saved, wn.land, wn.basic, wn.region = buf, key, old, None, \
                     True, ()
-                if vnode is None:
-                    wn.vshape, wn.vdtype = None, (_F64_DT if tv is _F64 else None)
-                else:
-                    wn.vshape, wn.vdtype = (), _F64_DT
+                wn.vshape, wn.vdtype = vshape, vdtype
             else:
                 item_write = _tape_module._item_write
-                if item_write is None:
-                    return _general_setitem(self, key, value)
-                wn = item_write(buf, key, vv, None if vnode is None else tuple(shape_of(vv)),
-                                _float_dtype(vv))
+                wn = None if item_write is None else item_write(buf, key, vv, vshape, vdtype)
                 if wn is None:  # (nothing written)
                     return _general_setitem(self, key, value)
             node = len(tape._parents)

@@ -740,9 +740,15 @@ class MutatingTape(Tape):
                         cts[vnode] = gv
                     else:
                         _accumulate(cts, owned, vnode, gv)
-                if self._feeds(prev, keep):
+                # (_feeds and _pass_down inline: this runs once per write of a scalar loop)
+                pb = self._pullbacks[prev]
+                if not (pb is None or type(pb) is NoDerivative) or prev in keep:
                     g[key] = 0
-                    self._pass_down(prev, g, cts, owned)
+                    if cts[prev] is None:
+                        cts[prev] = g
+                        owned.add(prev)
+                    else:
+                        _accumulate(cts, owned, prev, g)
                 return
         elif _split_item is not None and not wn.region and i in owned and i not in keep and \
                 (vnode is None or (wn.vshape == () and wn.vdtype == _F64_DT)) and \
