@@ -176,6 +176,15 @@ def _array_reads_between_writes(x):
     return s
 
 
+def _zero_d(x):
+    y = np.zeros_like(x, shape=())
+    y[()] = x[0] * x[1]  # the empty tuple: the one element of a 0-d buffer
+    z = y * x[2]
+    y[()] = y[()] + x[3]
+    y[...] = y * y  # (Ellipsis: the general write)
+    return z + y
+
+
 def _one_d(x):
     y = x.copy()  # an argument's copy: a buffer of its own
     for i in range(len(x)):
@@ -184,7 +193,7 @@ def _one_d(x):
 
 
 @pytest.mark.parametrize("f", [_repeated, _write_then_read, _negative_and_numpy_keys,
-                               _into_views, _one_d, _array_reads_between_writes])
+                               _into_views, _zero_d, _one_d, _array_reads_between_writes])
 def test_writes_bitwise_and_against_differences(f, general_writes):
     _check(f, np.array([0.7, -1.3, 0.4, 1.9]), general_writes)
 
@@ -322,3 +331,16 @@ def test_sweeping_twice_restores_the_same_buffer():
     g2 = tape.gradient(out, [x])[0]
     _same(g1, g2)
     assert np.array_equal(y._value, final)
+
+
+def test_stale_item_reads_still_raise_on_float64_and_dual_buffers():
+    def f(x):
+        y = x.copy()
+        parts = np.split(y, 2)  # views np.split makes: cannot be brought up to date
+        y[0] = 2.0 * y[1]
+        return parts[0][0] * x[1]  # an item read of a stale handle
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(mp.MutationError):
+        mp.grad(f)(x)
+    with pytest.raises(mp.MutationError):
+        mp.hvp(f)(x, np.ones(4))

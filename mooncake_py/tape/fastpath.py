@@ -58,6 +58,8 @@ def _current(h, tape):
     does first: a handle older than the last write is viewed again, or MutationError)."""
     if h._node < tape._max_write:
         v = h._value
+        if type(v) is DualArray:
+            v = v._value  # (its primal: the buffer _fresh looks up)
         # MutatingTape._fresh's first test, without the call: an array that owns its memory
         # and was never written is current (RK4's theta, read 16 times a step after writes)
         if type(v) is not _NDARRAY or v.base is not None or id(v) in tape._last_write:

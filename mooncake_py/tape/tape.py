@@ -870,7 +870,9 @@ class _DualItemWrite(_Write):
     __slots__ = ("tangent", "tsaved")
 
     def __init__(self, p, t, key, saved, tsaved, region, vshape, vdtype):
-        _Write.__init__(self, p, key, saved, None, True, region, vshape, vdtype)
+        # (_Write.__init__'s assignments written out: one made per write of an HVP's loop)
+        self.buf, self.key, self.saved, self.land, self.basic = p, key, saved, None, True
+        self.region, self.vshape, self.vdtype = region, vshape, vdtype
         self.tangent, self.tsaved = t, tsaved
 
     def swap(self):
