@@ -761,9 +761,15 @@ class MutatingTape(Tape):
                         cts[vnode] = gv
                     else:
                         _accumulate(cts, owned, vnode, gv)
-                if self._feeds(prev, keep):
+                # (_feeds and _pass_down inline: this runs once per write of a scalar loop)
+                pb = self._pullbacks[prev]
+                if not (pb is None or type(pb) is NoDerivative) or prev in keep:
                     g[key] = 0
-                    self._pass_down(prev, g, cts, owned)
+                    if cts[prev] is None:
+                        cts[prev] = g
+                        owned.add(prev)
+                    else:
+                        _accumulate(cts, owned, prev, g)
                 return
         elif _split_item is not None and not wn.region and i in owned and i not in keep and \
                 (vnode is None or (wn.vshape == () and wn.vdtype == _F64_DT)) and \
@@ -885,7 +891,9 @@ class _DualItemWrite(_Write):
     __slots__ = ("tangent", "tsaved")
 
     def __init__(self, p, t, key, saved, tsaved, region, vshape, vdtype):
-        _Write.__init__(self, p, key, saved, None, True, region, vshape, vdtype)
+        # (_Write.__init__'s assignments written out: one made per write of an HVP's loop)
+        self.buf, self.key, self.saved, self.land, self.basic = p, key, saved, None, True
+        self.region, self.vshape, self.vdtype = region, vshape, vdtype
         self.tangent, self.tsaved = t, tsaved
 
     def swap(self):
