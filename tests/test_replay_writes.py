@@ -117,14 +117,21 @@ def _close(a, b):
     np.testing.assert_allclose(fa, fb, rtol=1e-14, atol=1e-15)
 
 
+# A fresh (unprepared) call records x[0] read twice at one node as one read node, whose
+# cotangents it sums before adding them into x's; a plan replays each read as its own step, as
+# the general path does: equal up to that order of the sum.
+_REPEATS_READS = (overwrite_read,)
+
+
 @pytest.mark.parametrize("f", CASES)
 def test_gradient_replay_equals_fresh(f):
     xs = _inputs(SHAPES[f])
     r = replay_module.Replayer()  # the Python replay of the plan: bitwise
     cache = mp.prepare_gradient_cache(f, xs[0])
+    same = _close if f in _REPEATS_READS else _equal
     for x in xs + xs:  # (a second round: calling again gives the same answer)
         want = mp.value_and_grad(f)(x)
-        _equal(r.call(f, (x,), (0,)), want)
+        same(r.call(f, (x,), (0,)), want)
         _close(mp.value_and_gradient(cache, f, x), want)
     assert r.replays >= 5 and cache._replay.replays >= 4
     assert any(st[0] == _WRITE for st in r.plan.steps)
@@ -141,7 +148,7 @@ def test_hvp_replay_equals_fresh(f):
         v = np.random.default_rng(10 + k).standard_normal(x.shape)
         x0, v0 = x.copy(), v.copy()
         want = mp.value_and_hvp(fresh, f, v, x)
-        _equal(mp.value_and_hvp(py, f, v, x), want)
+        (_close if f in _REPEATS_READS else _equal)(mp.value_and_hvp(py, f, v, x), want)
         _close(mp.value_and_hvp(cache, f, v, x), want)
         _equal((x, v), (x0, v0))  # the writes never reach the caller's arrays
     assert cache._replay.replays >= 4 and py._replay.replays >= 4

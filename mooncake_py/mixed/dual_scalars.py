@@ -36,7 +36,7 @@ from ..rules.derivative_table import NP_VOCABULARY, TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
 from ..tape.pullbacks import ItemRead
-from ..tape.tape import _SWEEPING, MutatingTape, Tape
+from ..tape.tape import _SWEEPING, READ_MISSES, MutatingTape, Tape
 from ..tape.tracked import TrackedArray
 
 _F64 = np.float64
@@ -318,23 +318,27 @@ def _unary_general(self, ufunc):
     return _record(tape, made[0], made[1], (self._node,), ufunc)
 
 
-def getitem(self, key, builtin):
-    """``self[key]``, an int key into a float64 array of duals without lanes: the node the
-    general getitem rule records (its pullback is ItemRead's), with the tangent the getitem
-    frule reads; None when the general path must run. On a MutatingTape the caller
-    (fastpath.py's ``__getitem__``) has brought ``self`` up to date already, as
-    MutatingTape.record does first."""
-    tape = self._tape
-    tt = type(tape)
-    if (tt is not Tape and tt is not MutatingTape) or tape._debug or \
-            _SWEEPING.get() > tape._level or \
-            RRULES.get(getitem_fn) is not builtin:
-        return None
-    d = self._value
+def getitem(self, key, d, tape):
+    """``self[key]``, an int key into a float64 array of duals ``d`` (``self``'s value) without
+    lanes: the node the general getitem rule records (its pullback is ItemRead's), with the
+    tangent the getitem frule reads; None when the general path must run. The caller
+    (fastpath.py's ``__getitem__``) has made the checks of ``tape`` (``self``'s): a plain Tape
+    or MutatingTape (where ``self`` is brought up to date first, as MutatingTape.record does),
+    not in debug mode, not sweeping, the built-in getitem rule. The same element read again at
+    the same node is the first read's node and dual (see Tape._reads)."""
     tag = d._tag
     p, t = d._value, d._tangent
     if tag._watch or tag.lanes or type(p) is not _NDARRAY or type(t) is not _NDARRAY:
         return None
+    n = self._node
+    reads = tape._reads
+    seen = None if reads is None else reads.get(n)
+    if seen is not None and key in seen:  # (a miss: one lookup, no call)
+        pb = seen[key]
+        tape._read_misses = 0
+        r = _new(TrackedArray)
+        r._value, r._tape, r._node = pb.value, tape, pb.node
+        return r
     y = p[key]
     if type(y) is not _F64:
         return None
@@ -343,13 +347,25 @@ def getitem(self, key, builtin):
         return None
     # (_record and DualArray(y, ty, tag) written out: RK4 reads theta[k] a dozen times a step)
     yd = _new(DualArray)
-    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, tag, None
+    # (pairs: an assignment of four names builds and unpacks a tuple)
+    yd._value, yd._tangent = y, ty
+    yd._tag, yd._kept = tag, None
+    node = len(tape._parents)
     pb = _new(ItemRead)
     pb.shape, pb.key = p.shape, key
-    node = len(tape._parents)
     tape._pullbacks.append(pb)
-    tape._parents.append((self._node, None))
+    tape._parents.append((n, None))
     tape._fns.append(getitem_fn)
+    if reads is not None:
+        pb.value, pb.node = yd, node
+        if seen is None:
+            reads[n] = {key: pb}
+        else:
+            seen[key] = pb
+        m = tape._read_misses + 1
+        tape._read_misses = m
+        if m == READ_MISSES:
+            tape._reads = None
     r = _new(TrackedArray)
     r._value, r._tape, r._node = yd, tape, node
     return r

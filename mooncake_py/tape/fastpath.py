@@ -22,14 +22,14 @@ import operator
 
 import numpy as np
 
-from ..core.array_ops import ArrayOps
+from ..core.array_ops import ArrayOps, buffer_root
 from ..rules.derivative_table import TABLE
 from ..rules.derivative_table import _div as div
 from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from . import tape as _tape_module
 from .pullbacks import ItemRead, Pass, Quotient
-from .tape import _SWEEPING, MutatingTape, Tape
+from .tape import _F64_DT, _SWEEPING, READ_MISSES, MutatingTape, Tape, _Write, begin_writes
 from .tracked import TrackedArray
 
 _F64 = np.float64
@@ -57,7 +57,13 @@ def _current(h, tape):
     """True, once ``h`` is up to date with its buffer on a MutatingTape (what its ``record``
     does first: a handle older than the last write is viewed again, or MutationError)."""
     if h._node < tape._max_write:
-        tape._fresh(h, "read", _getitem)
+        v = h._value
+        if type(v) is DualArray:
+            v = v._value  # (its primal: the buffer _fresh looks up)
+        # MutatingTape._fresh's first test, without the call: an array that owns its memory
+        # and was never written is current (RK4's theta, read 16 times a step after writes)
+        if type(v) is not _NDARRAY or v.base is not None or id(v) in tape._last_write:
+            tape._fresh(h, "read", _getitem)
     return True
 
 
@@ -81,24 +87,132 @@ def _fast_getitem(self, key):
     if tk is int or tk in _INT_KEYS or (tk is tuple and _int_tuple(key)):
         tape = self._tape
         tt = type(tape)
+        # (the tape's checks, made once for both short paths: float64 and dual values)
         if (tt is Tape or (tt is MutatingTape and _current(self, tape))) and \
-                type(self._value) is _NDARRAY and not tape._debug and \
-                RRULES.get(_getitem) is _GETITEM_RULE[0]:
+                not tape._debug and RRULES.get(_getitem) is _GETITEM_RULE[0] and \
+                _SWEEPING.get() <= tape._level:
             v = self._value
-            y = v[key]
-            if type(y) is _F64 and _SWEEPING.get() <= tape._level:
-                node = len(tape._parents)
-                tape._pullbacks.append(ItemRead(v.shape, key))
-                tape._parents.append((self._node, None))
-                tape._fns.append(_getitem)
-                r = _new(TrackedArray)
-                r._value, r._tape, r._node = y, tape, node
-                return r
-        elif type(self._value) is DualArray:
-            r = dual_scalars.getitem(self, key, _BUILTIN[_getitem])
-            if r is not None:
-                return r
+            tv = type(v)
+            if tv is _NDARRAY:
+                # The same element read again at the same node (``theta[0]`` in every step of
+                # a loop): the first read's node, whose cotangents the sweep then sums as
+                # scalars before one add into the array's (see Tape._reads).
+                n = self._node
+                reads = tape._reads
+                seen = None if reads is None else reads.get(n)
+                if seen is not None and key in seen:  # (a miss: one lookup, no call)
+                    pb = seen[key]
+                    tape._read_misses = 0
+                    r = _new(TrackedArray)
+                    r._value, r._tape, r._node = pb.value, tape, pb.node
+                    return r
+                y = v[key]
+                if type(y) is _F64:
+                    node = len(tape._parents)
+                    pb = _new(ItemRead)  # (ItemRead(v.shape, key) without the __init__ call)
+                    # (pairs: an assignment of four names builds and unpacks a tuple)
+                    pb.shape, pb.key = v.shape, key
+                    tape._pullbacks.append(pb)
+                    tape._parents.append((n, None))
+                    tape._fns.append(_getitem)
+                    if reads is not None:
+                        pb.value, pb.node = y, node
+                        if seen is None:
+                            reads[n] = {key: pb}
+                        else:
+                            seen[key] = pb
+                        m = tape._read_misses + 1
+                        tape._read_misses = m
+                        if m == READ_MISSES:
+                            tape._reads = None
+                    r = _new(TrackedArray)
+                    r._value, r._tape, r._node = y, tape, node
+                    return r
+            elif tv is DualArray:
+                r = dual_scalars.getitem(self, key, v, tape)
+                if r is not None:
+                    return r
     return _general_getitem(self, key)
+
+
+_general_setitem = TrackedArray.__setitem__
+
+
+def _fast_setitem(self, key, value):
+    """``y[i, k] = s``: one element of a float64 buffer (or, in an HVP, of a dual buffer)
+    written with a float64 scalar, tracked on this tape or plain.
+
+    The node is the general write's (Tape.write), field for field: a ``_Write`` holding the
+    element's old value, the same parents, and the same entries in the write lists, so the
+    sweep splits and restores it as it does any write. What is skipped is the general path's
+    work that cannot change anything for such a write: the operand's freshness check (a
+    float64 scalar owns no buffer a write could reach), is_basic_index, the view chain (none:
+    see the ``base`` test below), the region's shape and copy (one immutable scalar) and the
+    landing probe (an int key selects one position). Anything else (views written through,
+    partial keys, other dtypes, debug mode, recording tapes, whose plans log each write) goes
+    the general way."""
+    tk = type(key)
+    if tk is int or tk in _INT_KEYS or (tk is tuple and _int_tuple(key)):
+        tape = self._tape
+        tt = type(tape)
+        if (tt is MutatingTape or tt is Tape) and not tape._debug and \
+                _SWEEPING.get() <= tape._level:
+            buf = self._value
+            tb = type(buf)
+            if tb is _NDARRAY:
+                p = buf
+            elif tb is DualArray and type(buf._value) is _NDARRAY:
+                p = buf._value
+            else:
+                return _general_setitem(self, key, value)
+            tv = type(value)
+            # (vshape and vdtype: what Tape.write derives from the value, for these values)
+            if tv is TrackedArray:
+                vv = value._value
+                tw = type(vv)
+                if value._tape is not tape or not (tw is _F64 or (
+                        tb is DualArray and tw is DualArray and type(vv._value) is _F64)):
+                    return _general_setitem(self, key, value)
+                vnode, vshape, vdtype = value._node, (), _F64_DT
+            elif tv is _F64 or tv is float or tv is int:
+                vv, vnode, vshape, vdtype = value, None, None, (_F64_DT if tv is _F64 else None)
+            else:
+                return _general_setitem(self, key, value)
+            # A handle is a view of another (``_view``, walked by the general path) only if
+            # its array has a base: an array that owns its memory skips that slot's lookup,
+            # which costs ~0.9 us when it is unset (the AttributeError behind getattr).
+            if p.base is not None and getattr(self, "_view", None) is not None:
+                return _general_setitem(self, key, value)
+            if tt is Tape:  # the first write, as Tape.write makes it
+                tape.__class__ = MutatingTape
+                begin_writes(tape)
+            elif self._node < tape._max_write:
+                tape._fresh(self, "write into")
+            if tb is _NDARRAY:
+                old = buf[key]  # (out of range: NumPy's IndexError, nothing recorded)
+                if type(old) is not _F64:  # another dtype, or a key of fewer axes
+                    return _general_setitem(self, key, value)
+                buf[key] = vv
+                wn = _new(_Write)
+                wn.buf, wn.key, wn.saved, wn.land, wn.basic, wn.region = buf, key, old, None, \
+                    True, ()
+                wn.vshape, wn.vdtype = vshape, vdtype
+            else:
+                item_write = _tape_module._item_write
+                wn = None if item_write is None else item_write(buf, key, vv, vshape, vdtype)
+                if wn is None:  # (nothing written)
+                    return _general_setitem(self, key, value)
+            node = len(tape._parents)
+            tape._pullbacks.append(wn)
+            tape._parents.append((self._node, vnode))
+            tape._fns.append(None)
+            tape._writes.append(node)
+            tape._splits.append(node)
+            tape._last_write[id(p if p.base is None else buffer_root(p))] = node
+            tape._max_write = node
+            self._node = node
+            return None
+    return _general_setitem(self, key, value)
 
 
 # The pullbacks below are the derivative table's formulas (rules/derivative_table.py) written
@@ -336,6 +450,7 @@ def install(duals=None):
     TrackedArray.__array_ufunc__ = _array_ufunc
     TrackedArray.__neg__ = _neg
     TrackedArray.__getitem__ = _fast_getitem
+    TrackedArray.__setitem__ = _fast_setitem
     for ufunc, opname in [(np.add, "add"), (np.subtract, "sub"), (np.multiply, "mul"),
                           (np.true_divide, "truediv")]:
         for reflected in (False, True):

@@ -21,7 +21,10 @@ class ItemRead:
         >>> ItemRead((3,), 1)(np.float64(2.0))[0].dense()
         array([0., 2., 0.])
     """
-    __slots__ = ("key", "shape")
+    # node, value: set where the short paths record the read (tape/fastpath.py,
+    # mixed/dual_scalars.py) while Tape._reads is on: the read's node and the value it gave,
+    # which Tape._reads hands out again for the same element read at the same node.
+    __slots__ = ("key", "node", "shape", "value")
 
     def __init__(self, shape, key):
         self.shape, self.key = shape, key
