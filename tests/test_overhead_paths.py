@@ -643,3 +643,22 @@ def test_a_sparse_cotangent_reaching_a_product_node_is_made_dense():
         got = tape.gradient(out, [a, b], seed=g)
         want = tape.gradient(out, [a, b], seed=g.dense())
         assert [_bits(c) for c in got] == [_bits(c) for c in want]
+
+
+def test_two_parent_nodes_of_every_kind_pass_their_cotangents_on():
+    # a two-output pullback's parents: two nodes, one constant on either side, a sequence
+    # operand (a tuple of nodes, one cotangent each) on either side, and no node at all
+    tape = Tape()
+    x, y, z = (tape.track(np.float64(v)) for v in (1.0, 2.0, 3.0))
+    nx, ny, nz = x._node, y._node, z._node
+    nodes = [tape._add_node(pb, ps, np.float64(0.0)) for pb, ps in (
+        (lambda g: (2 * g, 3 * g), (nx, ny)),
+        (lambda g: (5 * g, 7 * g), (None, nz)),
+        (lambda g: (11 * g, 13 * g), (nx, None)),
+        (lambda g: ((17 * g, 19 * g), 23 * g), ((ny, nz), nx)),
+        (lambda g: (29 * g, (31 * g, 37 * g)), (nz, (nx, ny))),
+        (lambda g: (41 * g, 43 * g), (None, None)))]
+    total = tape._add_node(lambda g: (g,) * len(nodes), tuple(nodes), np.float64(0.0))
+    out = TrackedArray(np.float64(0.0), tape, total)
+    gx, gy, gz = tape.gradient(out, [x, y, z])
+    assert (gx, gy, gz) == (2 + 11 + 23 + 31, 3 + 17 + 37, 7 + 19 + 29)

@@ -625,14 +625,18 @@ def _exec(src, name, ns):
     return env[name]
 
 
+# (The templates assign one name a line, or two: a tuple assignment of four or more names builds
+# and unpacks a tuple on every call, and these run once per recorded op or pulled-back node.)
+
+
 def _dual(name, r, tr, fallback, indent):
     """Lines making DualArray(r, tr, _tag) into ``name`` (its four slots, no __init__ call), or
     ``fallback`` when a value is not a float64 scalar (the general code then casts it)."""
     return _indent([f"if type({r}) is not _F64 or type({tr}) is not _F64:",
                     f"    return {fallback}",
                     f"{name} = _new(DualArray)",
-                    f"{name}._value, {name}._tangent, {name}._tag, {name}._kept = {r}, {tr},"
-                    + " _tag, None"], indent)
+                    f"{name}._value = {r}", f"{name}._tangent = {tr}",
+                    f"{name}._tag = _tag", f"{name}._kept = None"], indent)
 
 
 # the start of every generated dual pullback's __call__: a dual cotangent of another tag, a
@@ -736,7 +740,8 @@ def method(self, other):
         if type(ty) is not _F64:
             return binary(self, other, ufunc, {reflected})
         pb = _new(PB_TRACKED)
-        pb.a, pb.b, pb.present = {AB_tracked}, {present_tracked}
+        pb.a, pb.b = {AB_tracked}
+        pb.present = {present_tracked}
         parents = {parents_tracked}
     elif _k is _F64 or _k is float or (_k is int and -_MAX_INT <= other <= _MAX_INT):
         {ab_const}
@@ -747,19 +752,27 @@ def method(self, other):
         if type(ty) is not _F64:
             return binary(self, other, ufunc, {reflected})
         pb = _new(PB_CONST)
-        pb.a, pb.b, pb.present = {AB_const}, {present_const}
+        pb.a, pb.b = {AB_const}
+        pb.present = {present_const}
         parents = {parents_const}
     else:
         return None
     yd = _new(DualArray)
-    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, _tag, None
-    pb.op, pb.y, pb.d1 = op, yd, None
+    yd._value = y
+    yd._tangent = ty
+    yd._tag = _tag
+    yd._kept = None
+    pb.op = op
+    pb.y = yd
+    pb.d1 = None
     node = len(tape._parents)
     tape._pullbacks.append(pb)
     tape._parents.append(parents)
     tape._fns.append(ufunc)
     r = _new(TrackedArray)
-    r._value, r._tape, r._node = yd, tape, node
+    r._value = yd
+    r._tape = tape
+    r._node = node
     return r
 """
 
@@ -782,11 +795,12 @@ def binary_method(ufunc, reflected):
     y = {np.add: "a + b", np.subtract: "a - b", np.multiply: "a * b"}.get(ufunc, "ufunc(a, b)")
     src = _BINARY_TEMPLATE.format(
         y=y, reflected=reflected, body_tracked=bodies[0], body_const=bodies[1],
-        ab_tracked="a, ta, b, tb = q, s, p, t" if reflected else "a, ta, b, tb = p, t, q, s",
+        ab_tracked="a, ta = q, s\n        b, tb = p, t" if reflected else
+        "a, ta = p, t\n        b, tb = q, s",
         AB_tracked="e, d" if reflected else "d, e", present_tracked=present_tracked,
         parents_tracked="(other._node, self._node)" if reflected else "(self._node, other._node)",
-        ab_const="a, ta, b, tb = other, None, p, t" if reflected else
-        "a, ta, b, tb = p, t, other, None",
+        ab_const="a, ta = other, None\n        b, tb = p, t" if reflected else
+        "a, ta = p, t\n        b, tb = other, None",
         AB_const="other, d" if reflected else "d, other", present_const=present_const,
         parents_const="(None, self._node)" if reflected else "(self._node, None)")
     return _exec(src, "method", {
@@ -830,7 +844,10 @@ def add(cur, G):
     if type(y) is not _F64 or type(ty) is not _F64:
         return _add_general(cur, G)
     r = _new(DualArray)
-    r._value, r._tangent, r._tag, r._kept = y, ty, _tag, None
+    r._value = y
+    r._tangent = ty
+    r._tag = _tag
+    r._kept = None
     return r
 """
 
@@ -951,15 +968,25 @@ def method(self):
     if type(ty) is not _F64:
         return _unary(self, ufunc)
     yd = _new(DualArray)
-    yd._value, yd._tangent, yd._tag, yd._kept = y, ty, _tag, None
+    yd._value = y
+    yd._tangent = ty
+    yd._tag = _tag
+    yd._kept = None
     pb = _new(PB)
-    pb.op, pb.a, pb.b, pb.y, pb.present, pb.d1 = op, _d, None, yd, _PRESENT, {d1}
+    pb.op = op
+    pb.a = _d
+    pb.b = None
+    pb.y = yd
+    pb.present = _PRESENT
+    pb.d1 = {d1}
     node = len(tape._parents)
     tape._pullbacks.append(pb)
     tape._parents.append((self._node,))
     tape._fns.append(ufunc)
     r = _new(TrackedArray)
-    r._value, r._tape, r._node = yd, tape, node
+    r._value = yd
+    r._tape = tape
+    r._node = node
     return r
 """
 

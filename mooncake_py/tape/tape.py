@@ -545,63 +545,34 @@ class Tape:
                         g = g.dense()
                     gs = pb(g)
                     ps = parents[i]
-                    if len(ps) == 2 and len(gs) == 2:  # (binary ops, unrolled: no zip, no loop)
+                    if len(ps) == 2 and len(gs) == 2:
+                        # Binary ops, unrolled (no zip, no loop): the cotangents are passed on
+                        # by the inline accumulation below the three branches. A constant
+                        # operand (`0.5 * x`, `x / 6`: its parent None) is as common in scalar
+                        # loops as two tracked ones, so it goes the same way, not the loop.
                         p, q = ps
                         if type(p) is int and type(q) is int:
                             gp, gq = gs
-                            if gp is not None:
-                                cur = cts[p]
-                                if cur is None:
-                                    cts[p] = gp
-                                # (_accumulate's first cases inline: float64 and dual scalars)
-                                elif type(cur) is f64 and type(gp) is f64:
-                                    cts[p] = cur + gp
-                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
-                                        and _scalar_add is not None and \
-                                        (r := _scalar_add(cur, gp)) is not None:
-                                    cts[p] = r
-                                else:
-                                    _accumulate(cts, owned, p, gp)
-                            if gq is not None:
-                                cur = cts[q]
-                                if cur is None:
-                                    cts[q] = gq
-                                elif type(cur) is f64 and type(gq) is f64:
-                                    cts[q] = cur + gq
-                                elif (type(cur) is _SCALAR_DUAL or type(gq) is _SCALAR_DUAL) \
-                                        and _scalar_add is not None and \
-                                        (r := _scalar_add(cur, gq)) is not None:
-                                    cts[q] = r
-                                else:
-                                    _accumulate(cts, owned, q, gq)
+                        elif q is None and type(p) is int:
+                            gp, gq = gs[0], None
+                        elif p is None and type(q) is int:
+                            gp, gq = None, gs[1]
+                        else:  # (tuple parents, or none tracked)
+                            _pass_to_parents(cts, owned, ps, gs)
                             continue
-                        if q is None and type(p) is int:  # (a constant second operand: `x * 0.5`)
-                            gp = gs[0]
-                            if gp is not None:
-                                cur = cts[p]
-                                if cur is None:
-                                    cts[p] = gp
-                                elif type(cur) is f64 and type(gp) is f64:
-                                    cts[p] = cur + gp
-                                elif (type(cur) is _SCALAR_DUAL or type(gp) is _SCALAR_DUAL) \
-                                        and _scalar_add is not None and \
-                                        (r := _scalar_add(cur, gp)) is not None:
-                                    cts[p] = r
-                                else:
-                                    _accumulate(cts, owned, p, gp)
-                            continue
-                    for p, gp in zip(ps, gs):
-                        if p is None or gp is None:
-                            continue
-                        if type(p) is tuple:
-                            for q, gq in zip(p, gp):
-                                if q is not None and gq is not None:
-                                    _accumulate(cts, owned, q, gq)
-                        elif cts[p] is None:
-                            cts[p] = gp
-                        else:
-                            _accumulate(cts, owned, p, gp)
-                    continue
+                    else:  # (inline, not _pass_to_parents: unary ops are as common)
+                        for p, gp in zip(ps, gs):
+                            if p is None or gp is None:
+                                continue
+                            if type(p) is tuple:
+                                for q, gq in zip(p, gp):
+                                    if q is not None and gq is not None:
+                                        _accumulate(cts, owned, q, gq)
+                            elif cts[p] is None:
+                                cts[p] = gp
+                            else:
+                                _accumulate(cts, owned, p, gp)
+                        continue
                 # (_accumulate's first cases inline: float64 scalars, dual scalars)
                 if gp is not None:
                     cur = cts[p]
@@ -1056,6 +1027,22 @@ class _Projection:
         t = [None] * self.n
         t[self.k] = g
         return (tuple(t),)
+
+
+def _pass_to_parents(cts, owned, parents, gs):
+    """A pullback's cotangents ``gs`` to its ``parents`` (None: a constant; a tuple: the
+    parents of a sequence operand, one cotangent each)."""
+    for p, gp in zip(parents, gs):
+        if p is None or gp is None:
+            continue
+        if type(p) is tuple:
+            for q, gq in zip(p, gp):
+                if q is not None and gq is not None:
+                    _accumulate(cts, owned, q, gq)
+        elif cts[p] is None:
+            cts[p] = gp
+        else:
+            _accumulate(cts, owned, p, gp)
 
 
 def _accumulate(cts, owned, p, g):
