@@ -36,7 +36,7 @@ from ..rules.derivative_table import NP_VOCABULARY, TABLE
 from ..rules.elementwise import _partial
 from ..rules.registry import RRULES
 from ..tape.pullbacks import ItemRead
-from ..tape.tape import _SWEEPING, READ_MISSES, MutatingTape, Tape
+from ..tape.tape import _SWEEPING, MutatingTape, Tape, remember_read
 from ..tape.tracked import TrackedArray
 
 _F64 = np.float64
@@ -357,15 +357,7 @@ def getitem(self, key, d, tape):
     tape._parents.append((n, None))
     tape._fns.append(getitem_fn)
     if reads is not None:
-        pb.value, pb.node = yd, node
-        if seen is None:
-            reads[n] = {key: pb}
-        else:
-            seen[key] = pb
-        m = tape._read_misses + 1
-        tape._read_misses = m
-        if m == READ_MISSES:
-            tape._reads = None
+        remember_read(tape, reads, seen, n, key, pb, yd, node)
     r = _new(TrackedArray)
     r._value, r._tape, r._node = yd, tape, node
     return r
@@ -712,14 +704,18 @@ def _pullback_class(op, present):
                                   "__doc__": DualPullback.__doc__})
 
 
-_BINARY_TEMPLATE = """
-def method(self, other):
-    d = self._value
+# The checks of a generated method, before any work: a plain Tape or MutatingTape of this
+# value, not in debug mode, not sweeping, the ufunc's built-in rule (not a user's).
+_METHOD_CHECKS = """
     tape = self._tape
     tt = type(tape)
     if (tt is not Tape and tt is not MutatingTape) or tape._debug or \\
             _SWEEPING.get() > tape._level or RRULES.get(ufunc) is not builtin:
         return None
+"""
+
+_BINARY_TEMPLATE = """
+def method(self, other):""" + _METHOD_CHECKS + """    d = self._value
     _tag = d._tag
     p, t = d._value, d._tangent
     if _tag._watch or type(p) is not _F64 or type(t) is not _F64:
@@ -950,13 +946,7 @@ def _unary_pullback_class(op):
 
 
 _UNARY_TEMPLATE = """
-def method(self):
-    tape = self._tape
-    tt = type(tape)
-    if (tt is not Tape and tt is not MutatingTape) or tape._debug or \\
-            _SWEEPING.get() > tape._level or RRULES.get(ufunc) is not builtin:
-        return None
-    _d = self._value
+def method(self):""" + _METHOD_CHECKS + """    _d = self._value
     _tag = _d._tag
     a, ta = _d._value, _d._tangent
     if _tag._watch or type(a) is not _F64 or type(ta) is not _F64:

@@ -29,7 +29,7 @@ from ..rules.reductions import broadcast_cotangent
 from ..rules.registry import RRULES
 from . import tape as _tape_module
 from .pullbacks import ItemRead, Pass, Quotient
-from .tape import _F64_DT, _SWEEPING, READ_MISSES, MutatingTape, Tape, _Write, begin_writes
+from .tape import _F64_DT, _SWEEPING, MutatingTape, Tape, _Write, begin_writes, remember_read
 from .tracked import TrackedArray
 
 _F64 = np.float64
@@ -116,15 +116,7 @@ def _fast_getitem(self, key):
                     tape._parents.append((n, None))
                     tape._fns.append(_getitem)
                     if reads is not None:
-                        pb.value, pb.node = y, node
-                        if seen is None:
-                            reads[n] = {key: pb}
-                        else:
-                            seen[key] = pb
-                        m = tape._read_misses + 1
-                        tape._read_misses = m
-                        if m == READ_MISSES:
-                            tape._reads = None
+                        remember_read(tape, reads, seen, n, key, pb, y, node)
                     r = _new(TrackedArray)
                     r._value, r._tape, r._node = y, tape, node
                     return r
@@ -193,10 +185,7 @@ def _fast_setitem(self, key, value):
                 if type(old) is not _F64:  # another dtype, or a key of fewer axes
                     return _general_setitem(self, key, value)
                 buf[key] = vv
-                wn = _new(_Write)
-                wn.buf, wn.key, wn.saved, wn.land, wn.basic, wn.region = buf, key, old, None, \
-                    True, ()
-                wn.vshape, wn.vdtype = vshape, vdtype
+                wn = _Write(buf, key, old, None, True, (), vshape, vdtype)
             else:
                 item_write = _tape_module._item_write
                 wn = None if item_write is None else item_write(buf, key, vv, vshape, vdtype)

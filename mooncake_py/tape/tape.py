@@ -560,18 +560,11 @@ class Tape:
                         else:  # (tuple parents, or none tracked)
                             _pass_to_parents(cts, owned, ps, gs)
                             continue
-                    else:  # (inline, not _pass_to_parents: unary ops are as common)
-                        for p, gp in zip(ps, gs):
-                            if p is None or gp is None:
-                                continue
-                            if type(p) is tuple:
-                                for q, gq in zip(p, gp):
-                                    if q is not None and gq is not None:
-                                        _accumulate(cts, owned, q, gq)
-                            elif cts[p] is None:
-                                cts[p] = gp
-                            else:
-                                _accumulate(cts, owned, p, gp)
+                    elif len(ps) == 1 and type(ps[0]) is int and type(gs) in _SEQ and gs:
+                        # (unary ops, as common: the same inline accumulation, q unused)
+                        p, gp, gq = ps[0], gs[0], None
+                    else:
+                        _pass_to_parents(cts, owned, ps, gs)
                         continue
                 # (_accumulate's first cases inline: float64 scalars, dual scalars)
                 if gp is not None:
@@ -780,15 +773,9 @@ class MutatingTape(Tape):
                         cts[vnode] = gv
                     else:
                         _accumulate(cts, owned, vnode, gv)
-                # (_feeds and _pass_down inline: this runs once per write of a scalar loop)
-                pb = self._pullbacks[prev]
-                if not (pb is None or type(pb) is NoDerivative) or prev in keep:
+                if self._feeds(prev, keep):
                     g[key] = 0
-                    if cts[prev] is None:
-                        cts[prev] = g
-                        owned.add(prev)
-                    else:
-                        _accumulate(cts, owned, prev, g)
+                    self._pass_down(prev, g, cts, owned)
                 return
         elif _split_item is not None and not wn.region and i in owned and i not in keep and \
                 (vnode is None or (wn.vshape == () and wn.vdtype == _F64_DT)) and \
@@ -910,9 +897,7 @@ class _DualItemWrite(_Write):
     __slots__ = ("tangent", "tsaved")
 
     def __init__(self, p, t, key, saved, tsaved, region, vshape, vdtype):
-        # (_Write.__init__'s assignments written out: one made per write of an HVP's loop)
-        self.buf, self.key, self.saved, self.land, self.basic = p, key, saved, None, True
-        self.region, self.vshape, self.vdtype = region, vshape, vdtype
+        _Write.__init__(self, p, key, saved, None, True, region, vshape, vdtype)
         self.tangent, self.tsaved = t, tsaved
 
     def swap(self):
@@ -1027,6 +1012,23 @@ class _Projection:
         t = [None] * self.n
         t[self.k] = g
         return (tuple(t),)
+
+
+def remember_read(tape, reads, seen, n, key, pb, value, node):
+    """Put a new item read (``ItemRead`` ``pb`` of element ``key`` of the handle at node ``n``,
+    recorded as ``node`` with value ``value``) in ``tape._reads`` (``reads``; ``seen``: its
+    entry for ``n`` or None), and turn the memo off after READ_MISSES new reads in a row. For
+    the short paths of item reads (tape/fastpath.py, mixed/dual_scalars.py), which look the
+    read up themselves first (a hit costs no call)."""
+    pb.value, pb.node = value, node
+    if seen is None:
+        reads[n] = {key: pb}
+    else:
+        seen[key] = pb
+    m = tape._read_misses + 1
+    tape._read_misses = m
+    if m == READ_MISSES:
+        tape._reads = None
 
 
 def _pass_to_parents(cts, owned, parents, gs):
